@@ -1,0 +1,37 @@
+# Decides whether the CUDA backend is built. AUTO builds it when nvcc, cuBLAS and
+# cuDNN are all present; ON makes their absence an error; OFF never looks.
+set(BIGTRAIN_HAVE_CUDA OFF)
+if(NOT BIGTRAIN_CUDA STREQUAL "OFF")
+  include(CheckLanguage)
+  if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
+    set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
+  endif()
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    find_package(CUDAToolkit QUIET)
+    find_path(CUDNN_INCLUDE_DIR cudnn.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include /usr/include)
+    find_library(CUDNN_LIBRARY cudnn HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib64 /usr/lib/x86_64-linux-gnu)
+    if(CUDAToolkit_FOUND AND CUDNN_INCLUDE_DIR AND CUDNN_LIBRARY)
+      set(BIGTRAIN_HAVE_CUDA ON)
+    endif()
+  endif()
+  if(BIGTRAIN_CUDA STREQUAL "ON" AND NOT BIGTRAIN_HAVE_CUDA)
+    message(FATAL_ERROR "BIGTRAIN_CUDA=ON but the CUDA toolkit (nvcc, cuBLAS) or cuDNN was not found")
+  endif()
+endif()
+
+if(BIGTRAIN_HAVE_CUDA)
+  if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+    # Hopper (H100/H200) is the target machine; one architecture keeps CI builds short.
+    set(CMAKE_CUDA_ARCHITECTURES 90)
+  endif()
+  enable_language(CUDA)
+  # CMake 3.25 does not know nvcc 13's C++20 flag; teach it, so CUDA sources use
+  # the same dialect as the rest of the project.
+  set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+  set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+  set(CMAKE_CUDA_STANDARD 20)
+  add_library(bigtrain_cudnn INTERFACE)
+  target_include_directories(bigtrain_cudnn INTERFACE ${CUDNN_INCLUDE_DIR})
+  target_link_libraries(bigtrain_cudnn INTERFACE ${CUDNN_LIBRARY} CUDA::cudart CUDA::cublas)
+endif()

@@ -1,0 +1,43 @@
+#pragma once
+// 2-D convolution (cross-correlation, as PyTorch's Conv2d): NCHW input, OIHW weight
+// with I = in_channels / groups, optional bias of O. One interface; the reference
+// (naive loops, the test oracle), oneDNN (cpu) and cuDNN (cuda) implement it.
+#include <cstdint>
+#include <memory>
+
+#include "kernels/core/tensor.hpp"
+
+namespace bigtrain::kernels {
+
+struct Conv2dSpec {
+  std::int64_t batch = 1, in_channels = 1, out_channels = 1, in_h = 1, in_w = 1;
+  int kernel_h = 1, kernel_w = 1;
+  int stride_h = 1, stride_w = 1;
+  int pad_h = 0, pad_w = 0;
+  int dilation_h = 1, dilation_w = 1;
+  int groups = 1;
+  bool bias = false;
+
+  std::int64_t out_h() const { return (in_h + 2 * pad_h - dilation_h * (kernel_h - 1) - 1) / stride_h + 1; }
+  std::int64_t out_w() const { return (in_w + 2 * pad_w - dilation_w * (kernel_w - 1) - 1) / stride_w + 1; }
+  Shape input_shape() const { return {batch, in_channels, in_h, in_w}; }
+  Shape weight_shape() const { return {out_channels, in_channels / groups, kernel_h, kernel_w}; }
+  Shape output_shape() const { return {batch, out_channels, out_h(), out_w()}; }
+  void validate() const;  // throws bigtrain::Error for inconsistent parameters
+  friend bool operator==(const Conv2dSpec&, const Conv2dSpec&) = default;
+};
+
+// Created once per layer and shape: implementations build their primitives or
+// choose their algorithms in the constructor and reuse them on every call.
+class Conv2d {
+ public:
+  virtual ~Conv2d() = default;
+  virtual void forward(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y) = 0;
+  virtual void backward_data(const Tensor& dy, const Tensor& weight, Tensor& dx) = 0;
+  // Overwrites dweight (and dbias when given); callers accumulate across batches.
+  virtual void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dweight, Tensor* dbias) = 0;
+};
+
+std::unique_ptr<Conv2d> make_conv2d(Backend backend, const Conv2dSpec& spec);
+
+}  // namespace bigtrain::kernels

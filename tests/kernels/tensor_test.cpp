@@ -1,0 +1,76 @@
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "kernels/core/allocator.hpp"
+#include "kernels/core/error.hpp"
+#include "kernels/core/tensor.hpp"
+
+namespace bigtrain {
+namespace {
+
+TEST(Tensor, ContiguousStridesAndSlices) {
+  Tensor t = Tensor::empty({4, 3, 2, 5});
+  EXPECT_EQ(t.strides(), (Shape{30, 10, 5, 1}));
+  for (int i = 0; i < t.numel(); ++i) t.f32()[i] = static_cast<float>(i);
+  Tensor rows = t.slice_rows(1, 3);
+  EXPECT_EQ(rows.shape(), (Shape{2, 3, 2, 5}));
+  EXPECT_EQ(rows.f32()[0], 30.0f);
+  rows.f32()[0] = -1.0f;  // views share storage
+  EXPECT_EQ(t.f32()[30], -1.0f);
+  EXPECT_THROW(t.slice_rows(3, 5), Error);
+  EXPECT_THROW(t.reshape({7}), Error);
+  EXPECT_EQ(t.reshape({4, 30}).dim(1), 30);
+}
+
+TEST(Tensor, CloneIsIndependent) {
+  std::vector<float> values{1, 2, 3, 4, 5, 6};
+  Tensor a = Tensor::from_vector({2, 3}, values);
+  Tensor b = a.clone();
+  b.f32()[0] = 9;
+  EXPECT_EQ(a.to_vector(), values);
+  EXPECT_EQ(b.to_vector()[0], 9.0f);
+}
+
+TEST(Allocator, ReusesFreedBlocksAndTracksPeak) {
+  Allocator& host = allocator_for(Device::cpu());
+  host.release_cached();
+  const std::size_t bytes = 3 << 20;
+  { Tensor warm = Tensor::empty({static_cast<std::int64_t>(bytes / 4)}); }
+  host.reset_peak();
+  const MemoryStats before = host.stats();
+  {
+    Tensor a = Tensor::empty({static_cast<std::int64_t>(bytes / 4)});
+    Tensor b = Tensor::empty({static_cast<std::int64_t>(bytes / 4)});
+    EXPECT_GE(host.stats().current_bytes, before.current_bytes + 2 * bytes);
+  }
+  const MemoryStats after = host.stats();
+  EXPECT_EQ(after.current_bytes, before.current_bytes);
+  EXPECT_GE(after.peak_bytes, before.current_bytes + 2 * bytes);
+  // The first block came back from the cache; only the second reached the system.
+  EXPECT_EQ(after.system_allocations, before.system_allocations + 1);
+}
+
+TEST(Allocator, RoundingServesSlightlySmallerRequests) {
+  EXPECT_EQ(CachingAllocator::rounded_size(1), 64u);
+  EXPECT_EQ(CachingAllocator::rounded_size(64), 64u);
+  EXPECT_EQ(CachingAllocator::rounded_size(65), 128u);
+  const std::size_t big = 10'000'000;
+  const std::size_t rounded = CachingAllocator::rounded_size(big);
+  EXPECT_GE(rounded, big);
+  EXPECT_LE(rounded, big + big / 8);
+  EXPECT_EQ(CachingAllocator::rounded_size(big - 1000), rounded);
+}
+
+TEST(Device, CudaAllocatorWithoutDeviceIsAClearError) {
+  if (cuda_device_count() > 0) GTEST_SKIP() << "a CUDA device is present; this test covers machines without one";
+  try {
+    (void)allocator_for(Device::cuda());
+    FAIL() << "expected an error";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("cuda"), std::string::npos) << error.what();
+  }
+}
+
+}  // namespace
+}  // namespace bigtrain
