@@ -48,6 +48,8 @@ std::size_t dtype_size(DType dtype) {
     case DType::f32: return 4;
     case DType::bf16:
     case DType::f16: return 2;
+    case DType::u8: return 1;
+    case DType::i32: return 4;
   }
   return 0;
 }
@@ -57,6 +59,8 @@ const char* dtype_name(DType dtype) {
     case DType::f32: return "float32";
     case DType::bf16: return "bfloat16";
     case DType::f16: return "float16";
+    case DType::u8: return "uint8";
+    case DType::i32: return "int32";
   }
   return "?";
 }

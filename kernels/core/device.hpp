@@ -29,7 +29,8 @@ bool cuda_compiled();
 // Number of usable CUDA devices; 0 when not compiled or no driver/device.
 int cuda_device_count();
 
-enum class DType : std::uint8_t { f32, bf16, f16 };
+// u8 and i32 hold pixels, labels, masks and op workspaces (max-pool argmax).
+enum class DType : std::uint8_t { f32, bf16, f16, u8, i32 };
 std::size_t dtype_size(DType dtype);
 const char* dtype_name(DType dtype);
 

@@ -1,0 +1,43 @@
+#pragma once
+// BatchNorm2d over NCHW with per-channel gamma/beta, as PyTorch's BatchNorm2d.
+// Training mode normalises with the batch statistics; frozen/inference mode with
+// the running statistics (what streaming pipelines do for pretrained encoders).
+#include <cstdint>
+#include <memory>
+
+#include "kernels/core/tensor.hpp"
+
+namespace bigtrain::kernels {
+
+struct BatchNormSpec {
+  std::int64_t batch = 1, channels = 1, height = 1, width = 1;
+  float epsilon = 1e-5f;
+  Shape input_shape() const { return {batch, channels, height, width}; }
+  Shape channel_shape() const { return {channels}; }
+  friend bool operator==(const BatchNormSpec&, const BatchNormSpec&) = default;
+};
+
+class BatchNorm2d {
+ public:
+  virtual ~BatchNorm2d() = default;
+  // Writes y and the batch mean and 1/sqrt(var + eps) (biased variance) that
+  // backward needs. When running_mean/running_var are given they are updated as
+  // PyTorch does: r = (1 - momentum) r + momentum * batch_stat, with the unbiased
+  // variance for running_var. The two-pass trainer passes them in one pass only.
+  virtual void forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y,
+                                Tensor& save_mean, Tensor& save_invstd, Tensor* running_mean,
+                                Tensor* running_var, float momentum) = 0;
+  virtual void forward_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                 const Tensor& running_mean, const Tensor& running_var, Tensor& y) = 0;
+  // Gradients through the batch statistics; overwrites dx, dgamma, dbeta.
+  virtual void backward_training(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& save_mean,
+                                 const Tensor& save_invstd, Tensor& dx, Tensor& dgamma, Tensor& dbeta) = 0;
+  // Gradients with the running statistics held constant (frozen BatchNorm).
+  virtual void backward_inference(const Tensor& x, const Tensor& dy, const Tensor& gamma,
+                                  const Tensor& running_mean, const Tensor& running_var, Tensor& dx,
+                                  Tensor& dgamma, Tensor& dbeta) = 0;
+};
+
+std::unique_ptr<BatchNorm2d> make_batch_norm(Backend backend, const BatchNormSpec& spec);
+
+}  // namespace bigtrain::kernels
