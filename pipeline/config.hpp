@@ -1,0 +1,116 @@
+#pragma once
+// The configuration of one run, read from one YAML file plus `--set a.b=value`
+// overrides, validated strictly (see config_reader.hpp). Every field has the default
+// written here; the resolved config (defaults filled in) is saved in the run
+// directory so a run can always be repeated from its own folder.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <yaml-cpp/yaml.h>
+
+namespace bigtrain {
+
+struct DataConfig {
+  // A CSV manifest `path,label` or a folder with one sub-folder per class; relative
+  // paths are relative to the config file.
+  std::string train;
+  std::string val;   // empty: split off `train` (stratified, seeded by train.seed)
+  std::string test;  // optional
+  double val_fraction = 0.2;
+  // Class names in output order; empty: the sorted distinct labels of the training set.
+  std::vector<std::string> classes;
+  // Per-channel normalisation after scaling pixels to [0, 1]; one value broadcasts.
+  std::vector<double> mean = {0.5};
+  std::vector<double> std = {0.25};
+  std::string on_bad_image = "error";  // error | skip
+};
+
+struct TilerConfig {
+  std::string mode = "tiles";  // tiles | resize (the whole image resized to resize_size, the baseline)
+  std::int64_t tile = 256;
+  std::int64_t overlap = 0;
+  std::string border = "pad";  // pad | drop | shift: what the last row/column of tiles does at the image edge
+  std::int64_t level = 0;      // pyramid level read
+  double downsample = 1.0;     // extra downsampling of the read level
+  double min_foreground = 0.0; // tiles with a smaller foreground fraction are dropped (0: keep all)
+  std::int64_t max_tiles_per_image = 0;  // training only: random subset of this many tiles (0: all)
+  std::int64_t resize_size = 224;        // mode resize only
+};
+
+struct AggregatorConfig {
+  std::string kind = "attention";  // mean | max | attention
+  std::int64_t hidden = 128;       // attention only
+  bool gated = true;               // attention only: Ilse et al.'s gated variant
+  double dropout = 0.0;            // on the aggregated feature, training only
+};
+
+struct AugmentationConfig {
+  bool flips = false;
+  bool rot90 = false;
+  double brightness = 0.0;  // additive jitter, uniform in [-b, b] (pixels in [0, 1])
+  double contrast = 0.0;    // multiplicative jitter around the tile mean, uniform in [1-c, 1+c]
+  double noise = 0.0;       // standard deviation of additive Gaussian noise
+};
+
+struct EarlyStoppingConfig {
+  std::int64_t patience = 0;  // epochs without improvement of best_metric; 0: off
+  double min_delta = 0.0;
+};
+
+struct TrainConfig {
+  std::int64_t epochs = 10;
+  std::int64_t images_per_step = 1;
+  std::int64_t tile_batch = 16;
+  std::string optimizer = "adamw";  // sgd | adamw
+  double lr = 1e-3;
+  double momentum = 0.9;  // sgd only
+  double weight_decay = 1e-4;
+  std::string schedule = "cosine";  // constant | cosine | step
+  std::int64_t warmup_steps = 0;
+  double step_gamma = 0.1;            // schedule step only
+  std::int64_t step_every_epochs = 10;  // schedule step only
+  double clip_grad_norm = 0.0;  // 0: off
+  double label_smoothing = 0.0;
+  AugmentationConfig augmentation;
+  std::uint64_t seed = 0;
+  EarlyStoppingConfig early_stopping;
+  bool freeze_bn = false;
+  std::string best_metric = "val_accuracy";  // val_accuracy | val_balanced_accuracy | val_loss | val_auc
+};
+
+struct DeviceConfig {
+  std::string type = "auto";  // cpu | cuda | auto (cuda when a GPU is present)
+  std::int64_t index = 0;
+  std::int64_t threads = 0;          // CPU threads for reading and preprocessing; 0: all cores
+  std::int64_t tiles_in_flight = 0;  // limiter of the tile stream; 0: 4 tile batches
+};
+
+struct OutputConfig {
+  std::string dir = "runs/run";
+  std::int64_t log_every = 20;  // images between log lines when not on a terminal
+};
+
+struct Config {
+  DataConfig data;
+  TilerConfig tiler;
+  YAML::Node model;  // handed to net's model-spec parser unchanged
+  AggregatorConfig aggregator;
+  TrainConfig train;
+  DeviceConfig device;
+  OutputConfig output;
+  std::string source;  // the file it came from ("<string>" otherwise), for messages
+};
+
+// Reads and validates; throws bigtrain::Error naming file, line and key on any problem.
+Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+Config parse_config(const std::string& yaml_text, const std::string& source_name,
+                    const std::vector<std::string>& overrides = {});
+
+// The resolved config as YAML (every default written out); parse_config of it gives
+// the same Config.
+std::string config_to_yaml(const Config& config);
+// Written to a temporary name, then renamed.
+void save_config(const Config& config, const std::string& path);
+
+}  // namespace bigtrain
