@@ -1,0 +1,21 @@
+#pragma once
+// Element-wise ops on the CPU: OpenMP loops the compiler vectorises. These ops are
+// memory-bound, so a plain loop runs at the speed of a oneDNN eltwise primitive
+// without building one per call for these stateless functions.
+#include <cstdint>
+
+#include "kernels/elementwise.hpp"
+
+namespace bigtrain::kernels::cpu {
+
+void relu_forward(const Tensor& x, Tensor& y);
+void relu_backward(const Tensor& y, const Tensor& dy, Tensor& dx);
+void add(const Tensor& a, const Tensor& b, Tensor& out);
+void axpy(float alpha, const Tensor& x, Tensor& y);
+void scale(float alpha, Tensor& x);
+double sum_of_squares(const Tensor& x);
+bool all_finite(const Tensor& x);
+void dropout_forward(const Tensor& x, float p, std::uint64_t seed, std::uint64_t offset, Tensor& y, Tensor& mask);
+void dropout_backward(const Tensor& dy, const Tensor& mask, float p, Tensor& dx);
+
+}  // namespace bigtrain::kernels::cpu

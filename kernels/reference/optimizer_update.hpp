@@ -1,0 +1,12 @@
+#pragma once
+#include <cstdint>
+
+#include "kernels/optimizer_update.hpp"
+
+namespace bigtrain::kernels::reference {
+
+void sgd_update(const SgdHyper& hyper, bool first_step, Tensor& param, const Tensor& grad, Tensor& momentum_buffer);
+void adamw_update(const AdamWHyper& hyper, std::int64_t step, Tensor& param, const Tensor& grad, Tensor& exp_avg,
+                  Tensor& exp_avg_sq);
+
+}  // namespace bigtrain::kernels::reference
