@@ -1,0 +1,103 @@
+#include "kernels/conv2d.hpp"
+
+#include "kernels/core/error.hpp"
+#include "kernels/core/tensor_checks.hpp"
+#include "kernels/cpu/conv2d.hpp"
+#include "kernels/reference/conv2d.hpp"
+
+// The CUDA backend adds kernels/cuda/conv2d.hpp declaring cuda::make_conv2d(spec);
+// until it exists a CUDA build still compiles and asking for the op is an error.
+#if defined(BIGTRAIN_HAVE_CUDA) && __has_include("kernels/cuda/conv2d.hpp")
+#include "kernels/cuda/conv2d.hpp"
+#define BIGTRAIN_CUDA_CONV2D 1
+#endif
+
+namespace bigtrain::kernels {
+
+void Conv2dSpec::validate() const {
+  BT_CHECK(batch >= 1 && in_channels >= 1 && out_channels >= 1 && in_h >= 1 && in_w >= 1,
+           "conv2d: batch {}, in_channels {}, out_channels {} and input {}x{} must all be positive", batch,
+           in_channels, out_channels, in_h, in_w);
+  BT_CHECK(kernel_h >= 1 && kernel_w >= 1, "conv2d: kernel {}x{} must be positive", kernel_h, kernel_w);
+  BT_CHECK(stride_h >= 1 && stride_w >= 1, "conv2d: stride {}x{} must be positive", stride_h, stride_w);
+  BT_CHECK(dilation_h >= 1 && dilation_w >= 1, "conv2d: dilation {}x{} must be positive", dilation_h, dilation_w);
+  BT_CHECK(pad_h >= 0 && pad_w >= 0, "conv2d: padding {}x{} must not be negative", pad_h, pad_w);
+  BT_CHECK(groups >= 1 && in_channels % groups == 0 && out_channels % groups == 0,
+           "conv2d: groups {} must divide in_channels {} and out_channels {}", groups, in_channels, out_channels);
+  BT_CHECK(out_h() >= 1 && out_w() >= 1,
+           "conv2d: input {}x{} with padding {}x{} is smaller than the dilated kernel {}x{} (dilation {}x{})", in_h,
+           in_w, pad_h, pad_w, kernel_h, kernel_w, dilation_h, dilation_w);
+}
+
+namespace {
+
+// Checks every call's arguments against the spec, then runs the backend. Living in
+// the dispatch layer, the checks are the same for every backend (CUDA included),
+// and a wrong shape or device is an error naming the argument, never a silent copy.
+class CheckedConv2d final : public Conv2d {
+ public:
+  CheckedConv2d(Backend backend, const Conv2dSpec& spec, std::unique_ptr<Conv2d> impl)
+      : backend_(backend), spec_(spec), impl_(std::move(impl)) {}
+
+  void forward(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y) override {
+    expect(x, spec_.input_shape(), "x");
+    expect(weight, spec_.weight_shape(), "weight");
+    expect_bias(bias, "bias");
+    expect(y, spec_.output_shape(), "y");
+    impl_->forward(x, weight, bias, y);
+  }
+  void backward_data(const Tensor& dy, const Tensor& weight, Tensor& dx) override {
+    expect(dy, spec_.output_shape(), "dy");
+    expect(weight, spec_.weight_shape(), "weight");
+    expect(dx, spec_.input_shape(), "dx");
+    impl_->backward_data(dy, weight, dx);
+  }
+  void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dweight, Tensor* dbias) override {
+    expect(x, spec_.input_shape(), "x");
+    expect(dy, spec_.output_shape(), "dy");
+    expect(dweight, spec_.weight_shape(), "dweight");
+    expect_bias(dbias, "dbias");
+    impl_->backward_weights(x, dy, dweight, dbias);
+  }
+
+ private:
+  void expect(const Tensor& t, const Shape& shape, const char* name) const {
+    expect_tensor(t, shape, backend_, "conv2d", name);
+    BT_CHECK(t.dtype() == DType::f32, "conv2d: argument `{}` is {}, only float32 is implemented", name,
+             dtype_name(t.dtype()));
+  }
+  void expect_bias(const Tensor* bias, const char* name) const {
+    BT_CHECK((bias != nullptr) == spec_.bias, "conv2d: `{}` {} but the layer was created {}", name,
+             bias ? "was given" : "is missing", spec_.bias ? "with a bias" : "without a bias");
+    if (bias) expect(*bias, {spec_.out_channels}, name);
+  }
+
+  Backend backend_;
+  Conv2dSpec spec_;
+  std::unique_ptr<Conv2d> impl_;
+};
+
+std::unique_ptr<Conv2d> make_backend(Backend backend, const Conv2dSpec& spec) {
+  switch (backend) {
+    case Backend::reference: return reference::make_conv2d(spec);
+    case Backend::cpu: return cpu::make_conv2d(spec);
+    case Backend::cuda:
+#if defined(BIGTRAIN_CUDA_CONV2D)
+      return cuda::make_conv2d(spec);
+#elif defined(BIGTRAIN_HAVE_CUDA)
+      throw Error("conv2d: the cuda backend has no conv2d implementation yet (kernels/cuda/conv2d.hpp is missing)");
+#else
+      throw Error("conv2d: the cuda backend was requested, but this build has no CUDA backend");
+#endif
+  }
+  throw Error("conv2d: unknown backend");
+}
+
+}  // namespace
+
+std::unique_ptr<Conv2d> make_conv2d(Backend backend, const Conv2dSpec& spec) {
+  spec.validate();
+  return std::make_unique<CheckedConv2d>(backend, spec, make_backend(backend, spec));
+}
+
+}  // namespace bigtrain::kernels

@@ -1,0 +1,116 @@
+#include "kernels/reference/conv2d.hpp"
+
+#include <cstdint>
+#include <vector>
+
+namespace bigtrain::kernels::reference {
+
+namespace {
+
+// Calls term(x_index, w_index, y_index) for every product x*w that enters an output,
+// i.e. the definition of a grouped, strided, padded, dilated cross-correlation.
+// Forward and both backward passes are sums over exactly these terms, so they
+// cannot disagree about indexing.
+template <typename Term>
+void for_each_term(const Conv2dSpec& s, Term&& term) {
+  const std::int64_t oh_n = s.out_h(), ow_n = s.out_w();
+  const std::int64_t in_per_group = s.in_channels / s.groups, out_per_group = s.out_channels / s.groups;
+  for (std::int64_t n = 0; n < s.batch; ++n)
+    for (std::int64_t o = 0; o < s.out_channels; ++o) {
+      const std::int64_t group = o / out_per_group;
+      for (std::int64_t oh = 0; oh < oh_n; ++oh)
+        for (std::int64_t ow = 0; ow < ow_n; ++ow) {
+          const std::int64_t y_index = ((n * s.out_channels + o) * oh_n + oh) * ow_n + ow;
+          for (std::int64_t ci = 0; ci < in_per_group; ++ci) {
+            const std::int64_t c = group * in_per_group + ci;
+            for (std::int64_t kh = 0; kh < s.kernel_h; ++kh) {
+              const std::int64_t ih = oh * s.stride_h - s.pad_h + kh * s.dilation_h;
+              if (ih < 0 || ih >= s.in_h) continue;  // zero padding contributes nothing
+              for (std::int64_t kw = 0; kw < s.kernel_w; ++kw) {
+                const std::int64_t iw = ow * s.stride_w - s.pad_w + kw * s.dilation_w;
+                if (iw < 0 || iw >= s.in_w) continue;
+                const std::int64_t x_index = ((n * s.in_channels + c) * s.in_h + ih) * s.in_w + iw;
+                const std::int64_t w_index = ((o * in_per_group + ci) * s.kernel_h + kh) * s.kernel_w + kw;
+                term(x_index, w_index, y_index);
+              }
+            }
+          }
+        }
+    }
+}
+
+template <typename T>
+void store(const std::vector<double>& sums, T* out) {
+  for (std::size_t i = 0; i < sums.size(); ++i) out[i] = static_cast<T>(sums[i]);
+}
+
+}  // namespace
+
+template <typename T>
+void conv2d_forward(const Conv2dSpec& s, const T* x, const T* w, const T* b, T* y) {
+  const std::int64_t plane = s.out_h() * s.out_w();
+  std::vector<double> sums(static_cast<std::size_t>(shape_numel(s.output_shape())), 0.0);
+  if (b != nullptr)
+    for (std::size_t i = 0; i < sums.size(); ++i) sums[i] = b[(static_cast<std::int64_t>(i) / plane) % s.out_channels];
+  for_each_term(s, [&](std::int64_t xi, std::int64_t wi, std::int64_t yi) {
+    sums[yi] += static_cast<double>(x[xi]) * static_cast<double>(w[wi]);
+  });
+  store(sums, y);
+}
+
+template <typename T>
+void conv2d_backward_data(const Conv2dSpec& s, const T* dy, const T* w, T* dx) {
+  std::vector<double> sums(static_cast<std::size_t>(shape_numel(s.input_shape())), 0.0);
+  for_each_term(s, [&](std::int64_t xi, std::int64_t wi, std::int64_t yi) {
+    sums[xi] += static_cast<double>(dy[yi]) * static_cast<double>(w[wi]);
+  });
+  store(sums, dx);
+}
+
+template <typename T>
+void conv2d_backward_weights(const Conv2dSpec& s, const T* x, const T* dy, T* dw, T* db) {
+  std::vector<double> sums(static_cast<std::size_t>(shape_numel(s.weight_shape())), 0.0);
+  for_each_term(s, [&](std::int64_t xi, std::int64_t wi, std::int64_t yi) {
+    sums[wi] += static_cast<double>(x[xi]) * static_cast<double>(dy[yi]);
+  });
+  store(sums, dw);
+  if (db != nullptr) {
+    const std::int64_t plane = s.out_h() * s.out_w();
+    std::vector<double> bias_sums(static_cast<std::size_t>(s.out_channels), 0.0);
+    for (std::int64_t i = 0; i < shape_numel(s.output_shape()); ++i) bias_sums[(i / plane) % s.out_channels] += dy[i];
+    store(bias_sums, db);
+  }
+}
+
+template void conv2d_forward<float>(const Conv2dSpec&, const float*, const float*, const float*, float*);
+template void conv2d_forward<double>(const Conv2dSpec&, const double*, const double*, const double*, double*);
+template void conv2d_backward_data<float>(const Conv2dSpec&, const float*, const float*, float*);
+template void conv2d_backward_data<double>(const Conv2dSpec&, const double*, const double*, double*);
+template void conv2d_backward_weights<float>(const Conv2dSpec&, const float*, const float*, float*, float*);
+template void conv2d_backward_weights<double>(const Conv2dSpec&, const double*, const double*, double*, double*);
+
+namespace {
+
+class ReferenceConv2d final : public Conv2d {
+ public:
+  explicit ReferenceConv2d(const Conv2dSpec& spec) : spec_(spec) {}
+
+  void forward(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y) override {
+    conv2d_forward(spec_, x.f32(), weight.f32(), bias ? bias->f32() : nullptr, y.f32());
+  }
+  void backward_data(const Tensor& dy, const Tensor& weight, Tensor& dx) override {
+    conv2d_backward_data(spec_, dy.f32(), weight.f32(), dx.f32());
+  }
+  void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dweight, Tensor* dbias) override {
+    conv2d_backward_weights(spec_, x.f32(), dy.f32(), dweight.f32(), dbias ? dbias->f32() : nullptr);
+  }
+
+ private:
+  Conv2dSpec spec_;
+};
+
+}  // namespace
+
+std::unique_ptr<Conv2d> make_conv2d(const Conv2dSpec& spec) { return std::make_unique<ReferenceConv2d>(spec); }
+
+}  // namespace bigtrain::kernels::reference

@@ -1,0 +1,214 @@
+// Conv2d: every backend against the reference evaluated in double precision on the
+// same float inputs, and the reference's gradients against finite differences.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "kernels/conv2d.hpp"
+#include "kernels/core/error.hpp"
+#include "kernels/reference/conv2d.hpp"
+#include "tests/support/op_check.hpp"
+
+namespace bigtrain::kernels {
+namespace {
+
+using namespace bigtrain::testing;
+
+struct ConvCase {
+  std::string name;
+  Conv2dSpec spec;
+};
+void PrintTo(const ConvCase& c, std::ostream* os) { *os << c.name; }  // gtest prints the name, not bytes
+
+// Builds a spec from the fields that vary; everything else keeps Conv2dSpec's defaults.
+Conv2dSpec conv(std::int64_t n, std::int64_t c, std::int64_t o, std::int64_t h, std::int64_t w, int kh, int kw,
+                int stride_h, int stride_w, int pad_h, int pad_w, int dil_h = 1, int dil_w = 1, int groups = 1,
+                bool bias = false) {
+  Conv2dSpec s;
+  s.batch = n, s.in_channels = c, s.out_channels = o, s.in_h = h, s.in_w = w;
+  s.kernel_h = kh, s.kernel_w = kw, s.stride_h = stride_h, s.stride_w = stride_w, s.pad_h = pad_h, s.pad_w = pad_w;
+  s.dilation_h = dil_h, s.dilation_w = dil_w, s.groups = groups, s.bias = bias;
+  return s;
+}
+
+const std::vector<ConvCase>& cases() {
+  static const std::vector<ConvCase> table{
+      {"k3_pad1_bias", conv(2, 3, 4, 7, 9, 3, 3, 1, 1, 1, 1, 1, 1, 1, true)},
+      {"k3_nopad_batch1", conv(1, 2, 3, 5, 6, 3, 3, 1, 1, 0, 0)},
+      {"k3_stride2_pad1_bias", conv(2, 4, 6, 9, 11, 3, 3, 2, 2, 1, 1, 1, 1, 1, true)},
+      {"k3_stride3_floors", conv(2, 3, 5, 8, 10, 3, 3, 3, 3, 1, 1)},  // unused bottom/right rows
+      {"k1_bias", conv(2, 8, 5, 6, 5, 1, 1, 1, 1, 0, 0, 1, 1, 1, true)},
+      {"k1_stride2_downsample", conv(2, 4, 8, 7, 7, 1, 1, 2, 2, 0, 0)},
+      {"dilation2", conv(1, 3, 4, 10, 9, 3, 3, 1, 1, 2, 2, 2, 2, 1, true)},
+      {"asymmetric_k3x2_dil2x3_stride1x2", conv(2, 3, 4, 9, 12, 3, 2, 1, 2, 1, 0, 2, 3)},
+      {"k1x3_pad0x1", conv(2, 5, 3, 4, 7, 1, 3, 1, 1, 0, 1, 1, 1, 1, true)},
+      {"groups2_bias", conv(2, 4, 6, 6, 7, 3, 3, 1, 1, 1, 1, 1, 1, 2, true)},
+      {"groups3_stride2", conv(1, 6, 9, 9, 8, 3, 3, 2, 2, 1, 1, 1, 1, 3)},
+      {"depthwise", conv(2, 6, 6, 8, 7, 3, 3, 1, 1, 1, 1, 1, 1, 6)},
+      {"depthwise_multiplier2_stride2_bias", conv(2, 4, 8, 9, 9, 3, 3, 2, 2, 1, 1, 1, 1, 4, true)},
+      {"wide32_k3", conv(2, 32, 32, 8, 8, 3, 3, 1, 1, 1, 1)},
+      {"channels12to20_not_multiple_of_8", conv(2, 12, 20, 6, 5, 3, 3, 1, 1, 1, 1, 1, 1, 1, true)},
+      {"stem_k7_stride2_pad3", conv(2, 1, 8, 23, 21, 7, 7, 2, 2, 3, 3)},
+      {"stem_k7_stride2_rgb_bias", conv(1, 3, 8, 17, 19, 7, 7, 2, 2, 3, 3, 1, 1, 1, true)},
+      {"stem_k11_stride4_pad2", conv(2, 1, 8, 47, 45, 11, 11, 4, 4, 2, 2)},
+      {"stem_k11_stride4_rgb_bias", conv(1, 3, 4, 39, 35, 11, 11, 4, 4, 2, 2, 1, 1, 1, true)},
+      {"kernel_covers_input", conv(3, 4, 2, 3, 3, 3, 3, 1, 1, 0, 0, 1, 1, 1, true)},
+      {"single_pixel", conv(1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0)},
+  };
+  return table;
+}
+
+std::string case_name(const ConvCase& c) { return c.name; }
+
+// Worst-case growth of fp32 summation error over K terms is about K*eps*rms(term),
+// i.e. sqrt(K)*eps relative to rms(y) ~ sqrt(K)*rms(term) (what expect_close scales
+// by); oneDNN's blocked partial sums stay inside that. 8x headroom for the fp32
+// rounding of the result and the reorders (exact copies, so they add nothing).
+Tolerance fp32_sum_tolerance(std::int64_t terms) {
+  const double eps = std::numeric_limits<float>::epsilon();
+  return {8.0 * eps * std::sqrt(static_cast<double>(terms)), 0.0};
+}
+
+std::vector<double> ref_forward(const Conv2dSpec& s, const std::vector<double>& x, const std::vector<double>& w,
+                                const std::vector<double>* b) {
+  std::vector<double> y(static_cast<std::size_t>(shape_numel(s.output_shape())));
+  reference::conv2d_forward<double>(s, x.data(), w.data(), b ? b->data() : nullptr, y.data());
+  return y;
+}
+
+Tensor nan_tensor(const Shape& shape, Backend backend) {
+  Tensor t = Tensor::empty(shape);
+  t.fill(std::numeric_limits<float>::quiet_NaN());  // outputs must be overwritten, not accumulated into
+  return on_backend(t, backend);
+}
+
+class Conv2dBackend : public ::testing::TestWithParam<std::tuple<Backend, ConvCase>> {};
+
+TEST_P(Conv2dBackend, ForwardAndBackwardMatchDoubleReference) {
+  const auto& [backend, test_case] = GetParam();
+  BT_SKIP_UNLESS_AVAILABLE(backend);
+  const Conv2dSpec& s = test_case.spec;
+  auto op = make_conv2d(backend, s);
+
+  const Tensor x = random_tensor(s.input_shape(), 1), w = random_tensor(s.weight_shape(), 2),
+               b = random_tensor({s.out_channels}, 3), dy = random_tensor(s.output_shape(), 4);
+  const std::vector<double> xd = to_doubles(x), wd = to_doubles(w), bd = to_doubles(b), dyd = to_doubles(dy);
+  const Tensor xb = on_backend(x, backend), wb = on_backend(w, backend), bb = on_backend(b, backend),
+               dyb = on_backend(dy, backend);
+
+  // Each output of the forward pass sums (C/groups)*kh*kw products; a dx element at
+  // most O/groups*kh*kw; a dweight element N*out_h*out_w.
+  const std::int64_t fwd_terms = s.in_channels / s.groups * s.kernel_h * s.kernel_w + 1;
+  const std::int64_t bwd_data_terms = s.out_channels / s.groups * s.kernel_h * s.kernel_w;
+  const std::int64_t bwd_weight_terms = s.batch * s.out_h() * s.out_w();
+
+  // Twice, with new weights the second time: the primitives built once must not
+  // keep stale data (reordered weights, bound buffers) from the previous call.
+  for (int round = 0; round < 2; ++round) {
+    SCOPED_TRACE(fmt::format("round {}", round));
+    const Tensor w_round = round == 0 ? wb : on_backend(random_tensor(s.weight_shape(), 20), backend);
+    const std::vector<double> wd_round = round == 0 ? wd : to_doubles(w_round);
+
+    Tensor y = nan_tensor(s.output_shape(), backend);
+    op->forward(xb, w_round, s.bias ? &bb : nullptr, y);
+    expect_close(to_doubles(y), ref_forward(s, xd, wd_round, s.bias ? &bd : nullptr), s.output_shape(),
+                 fp32_sum_tolerance(fwd_terms), "y");
+
+    Tensor dx = nan_tensor(s.input_shape(), backend);
+    op->backward_data(dyb, w_round, dx);
+    std::vector<double> dx_expected(xd.size());
+    reference::conv2d_backward_data<double>(s, dyd.data(), wd_round.data(), dx_expected.data());
+    expect_close(to_doubles(dx), dx_expected, s.input_shape(), fp32_sum_tolerance(bwd_data_terms), "dx");
+  }
+
+  Tensor dw = nan_tensor(s.weight_shape(), backend), db = nan_tensor({s.out_channels}, backend);
+  op->backward_weights(xb, dyb, dw, s.bias ? &db : nullptr);
+  std::vector<double> dw_expected(wd.size()), db_expected(bd.size());
+  reference::conv2d_backward_weights<double>(s, xd.data(), dyd.data(), dw_expected.data(), db_expected.data());
+  expect_close(to_doubles(dw), dw_expected, s.weight_shape(), fp32_sum_tolerance(bwd_weight_terms), "dweight");
+  if (s.bias)
+    expect_close(to_doubles(db), db_expected, {s.out_channels}, fp32_sum_tolerance(bwd_weight_terms), "dbias");
+}
+
+std::string backend_case_name(const ::testing::TestParamInfo<std::tuple<Backend, ConvCase>>& info) {
+  return std::string(backend_name(std::get<0>(info.param))) + "_" + std::get<1>(info.param).name;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, Conv2dBackend, ::testing::Combine(::testing::ValuesIn(all_backends()),
+                                                                   ::testing::ValuesIn(cases())),
+                         backend_case_name);
+
+// The reference's backward (the oracle for every backend) against central
+// differences of loss = sum(y * r), all in double.
+class Conv2dReferenceGradients : public ::testing::TestWithParam<ConvCase> {};
+
+TEST_P(Conv2dReferenceGradients, MatchFiniteDifferences) {
+  const Conv2dSpec& s = GetParam().spec;
+  const std::vector<double> r = random_doubles(static_cast<std::size_t>(shape_numel(s.output_shape())), 9);
+  std::vector<std::vector<double>> inputs{random_doubles(static_cast<std::size_t>(shape_numel(s.input_shape())), 6),
+                                          random_doubles(static_cast<std::size_t>(shape_numel(s.weight_shape())), 7),
+                                          random_doubles(static_cast<std::size_t>(s.out_channels), 8)};
+  auto loss = [&](const std::vector<std::vector<double>>& in) {
+    const std::vector<double> y = ref_forward(s, in[0], in[1], s.bias ? &in[2] : nullptr);
+    double sum = 0;
+    for (std::size_t i = 0; i < y.size(); ++i) sum += y[i] * r[i];
+    return sum;
+  };
+  std::vector<std::vector<double>> analytic{std::vector<double>(inputs[0].size()),
+                                            std::vector<double>(inputs[1].size()),
+                                            std::vector<double>(inputs[2].size())};
+  reference::conv2d_backward_data<double>(s, r.data(), inputs[1].data(), analytic[0].data());
+  reference::conv2d_backward_weights<double>(s, inputs[0].data(), r.data(), analytic[1].data(),
+                                             analytic[2].data());
+  if (!s.bias) {
+    inputs.pop_back();
+    analytic.pop_back();
+  }
+  GradCheckOptions options;
+  // The loss is linear in each input, so central differences have no truncation
+  // error; what remains is double rounding of the loss, ~1e-16*|loss|/step (step 1e-5).
+  options.tolerance = {1e-8, 1e-10};
+  options.max_elements_per_input = 40;  // spread over the tensor, borders included; keeps the test fast
+  const GradCheckReport report = check_gradients(loss, inputs, analytic, options, {"x", "weight", "bias"}, s.bias ? "conv2d" : "conv2d (no bias)");
+  EXPECT_TRUE(report.ok);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, Conv2dReferenceGradients, ::testing::ValuesIn(cases()),
+                         [](const auto& info) { return case_name(info.param); });
+
+class Conv2dErrors : public ::testing::TestWithParam<Backend> {};
+
+TEST_P(Conv2dErrors, RejectInconsistentSpecsAndArguments) {
+  const Backend backend = GetParam();
+  BT_SKIP_UNLESS_AVAILABLE(backend);
+  Conv2dSpec bad_groups = conv(1, 6, 4, 5, 5, 3, 3, 1, 1, 1, 1, 1, 1, 4);
+  EXPECT_THROW(make_conv2d(backend, bad_groups), Error);
+  Conv2dSpec too_small = conv(1, 1, 1, 2, 2, 5, 5, 1, 1, 0, 0);
+  EXPECT_THROW(make_conv2d(backend, too_small), Error);
+  Conv2dSpec zero_stride = conv(1, 1, 1, 4, 4, 3, 3, 0, 1, 0, 0);
+  EXPECT_THROW(make_conv2d(backend, zero_stride), Error);
+
+  const Conv2dSpec s = conv(2, 3, 4, 6, 6, 3, 3, 1, 1, 1, 1, 1, 1, 1, true);
+  auto op = make_conv2d(backend, s);
+  const Tensor x = on_backend(random_tensor(s.input_shape(), 1), backend);
+  const Tensor w = on_backend(random_tensor(s.weight_shape(), 2), backend);
+  const Tensor b = on_backend(random_tensor({s.out_channels}, 3), backend);
+  Tensor y = on_backend(Tensor::zeros(s.output_shape()), backend);
+  Tensor wrong_y = on_backend(Tensor::zeros({2, 4, 5, 6}), backend);
+  EXPECT_THROW(op->forward(x, w, &b, wrong_y), Error);
+  EXPECT_THROW(op->forward(x, w, nullptr, y), Error);  // created with a bias
+  EXPECT_THROW(op->forward(w, w, &b, y), Error);
+  try {
+    op->forward(x, w, &b, wrong_y);
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("`y`"), std::string::npos) << e.what();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, Conv2dErrors, ::testing::ValuesIn(all_backends()), backend_param_name);
+
+}  // namespace
+}  // namespace bigtrain::kernels
