@@ -1,0 +1,187 @@
+#include "tiler/tiff_writer.hpp"
+
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <vector>
+
+#include "kernels/core/error.hpp"
+#include "tiler/tiff_handle.hpp"
+
+namespace bigtrain::tiler {
+namespace {
+
+void validate(const std::string& path, const TiffWriteOptions& o) {
+  auto fail = [&](const std::string& why) { throw Error(fmt::format("{}: cannot write TIFF: {}", path, why)); };
+  if (o.width <= 0 || o.height <= 0 || o.width > (int64_t{1} << 20) || o.height > (int64_t{1} << 20))
+    fail(fmt::format("invalid size {}x{}", o.width, o.height));
+  if (o.channels != 1 && o.channels != 3) fail(fmt::format("{} channels (1 or 3 supported)", o.channels));
+  if (o.bits != 8 && o.bits != 16) fail(fmt::format("{} bits (8 or 16 supported)", o.bits));
+  if (o.tiled && (o.tile_size < 16 || o.tile_size % 16 != 0 || o.tile_size > 8192))
+    fail(fmt::format("tile size {} is not a multiple of 16 in [16, 8192]", o.tile_size));
+  if (!o.tiled && o.rows_per_strip < 1) fail("rows per strip must be positive");
+  if (o.compression == TiffCompression::jpeg) {
+    if (o.bits != 8) fail("JPEG needs 8-bit samples");
+    const int mcu = (o.channels == 3 && o.jpeg_ycbcr) ? 16 : 8;
+    if (!o.tiled && o.rows_per_strip % mcu != 0 && o.rows_per_strip < o.height)
+      fail(fmt::format("JPEG strips need a multiple of {} rows", mcu));
+    if (o.separate_planes && o.jpeg_ycbcr && o.channels == 3) fail("YCbCr JPEG cannot use separate planes");
+  }
+  if (o.min_is_white && o.channels != 1) fail("MinIsWhite applies to grey images only");
+  if (o.levels < 1 || o.levels > 16) fail(fmt::format("{} pyramid levels (1..16 supported)", o.levels));
+}
+
+uint16_t libtiff_compression(TiffCompression c) {
+  switch (c) {
+    case TiffCompression::none: return COMPRESSION_NONE;
+    case TiffCompression::lzw: return COMPRESSION_LZW;
+    case TiffCompression::deflate: return COMPRESSION_ADOBE_DEFLATE;
+    case TiffCompression::packbits: return COMPRESSION_PACKBITS;
+    case TiffCompression::jpeg: return COMPRESSION_JPEG;
+  }
+  return COMPRESSION_NONE;
+}
+
+class LevelWriter {
+ public:
+  LevelWriter(TiffHandle& handle, const TiffWriteOptions& o, int level, const TiffPixelCallback& pixels)
+      : h_(handle), o_(o), level_(level), pixels_(pixels) {
+    width_ = (o.width + (int64_t{1} << level) - 1) >> level;
+    height_ = (o.height + (int64_t{1} << level) - 1) >> level;
+  }
+
+  void write() {
+    set_tags();
+    const int64_t bw = o_.tiled ? o_.tile_size : width_;
+    const int64_t bh = o_.tiled ? o_.tile_size : std::min<int64_t>(o_.rows_per_strip, height_);
+    const int planes = o_.separate_planes ? o_.channels : 1;
+    const int samples = o_.separate_planes ? 1 : o_.channels;
+    const size_t sample_bytes = o_.bits / 8;
+    std::vector<uint8_t> block(static_cast<size_t>(bw * bh) * samples * sample_bytes);
+    cv::Mat pixels;
+    for (int64_t by = 0; by < height_; by += bh) {
+      for (int64_t bx = 0; bx < width_; bx += bw) {
+        const cv::Rect rect(static_cast<int>(bx), static_cast<int>(by), static_cast<int>(std::min(bw, width_ - bx)),
+                            static_cast<int>(std::min(bh, height_ - by)));
+        pixels.create(rect.height, rect.width, CV_MAKETYPE(o_.bits == 16 ? CV_16U : CV_8U, o_.channels));
+        pixels_(level_, rect, pixels);
+        if (pixels.rows != rect.height || pixels.cols != rect.width ||
+            pixels.type() != CV_MAKETYPE(o_.bits == 16 ? CV_16U : CV_8U, o_.channels))
+          throw Error(fmt::format("{}: the pixel callback changed the block's size or type", h_.path()));
+        for (int plane = 0; plane < planes; ++plane) {
+          // Edge blocks of tiled files are stored full size; the padding is zero.
+          std::fill(block.begin(), block.end(), 0);
+          const size_t row_bytes = static_cast<size_t>(rect.width) * samples * sample_bytes;
+          for (int row = 0; row < rect.height; ++row) {
+            uint8_t* dst = block.data() + static_cast<size_t>(row) * bw * samples * sample_bytes;
+            const uint8_t* src = pixels.ptr<uint8_t>(row);
+            if (!o_.separate_planes) {
+              std::memcpy(dst, src, row_bytes);
+            } else {
+              for (int col = 0; col < rect.width; ++col)
+                std::memcpy(dst + col * sample_bytes, src + (static_cast<size_t>(col) * o_.channels + plane) * sample_bytes,
+                            sample_bytes);
+            }
+          }
+          write_block(bx, by, rect.height, plane, block, row_bytes);
+        }
+      }
+    }
+    if (!TIFFWriteDirectory(h_.get())) h_.fail(fmt::format("cannot write the directory of level {}", level_));
+  }
+
+ private:
+  void set_tags() {
+    TIFF* tif = h_.get();
+    const bool ycbcr = o_.compression == TiffCompression::jpeg && o_.channels == 3 && o_.jpeg_ycbcr;
+    const uint16_t photometric = o_.channels == 3 ? (ycbcr ? PHOTOMETRIC_YCBCR : PHOTOMETRIC_RGB)
+                                 : o_.min_is_white ? PHOTOMETRIC_MINISWHITE
+                                                   : PHOTOMETRIC_MINISBLACK;
+    bool ok = TIFFSetField(tif, TIFFTAG_IMAGEWIDTH, static_cast<uint32_t>(width_)) &&
+              TIFFSetField(tif, TIFFTAG_IMAGELENGTH, static_cast<uint32_t>(height_)) &&
+              TIFFSetField(tif, TIFFTAG_SAMPLESPERPIXEL, static_cast<uint16_t>(o_.channels)) &&
+              TIFFSetField(tif, TIFFTAG_BITSPERSAMPLE, static_cast<uint16_t>(o_.bits)) &&
+              TIFFSetField(tif, TIFFTAG_SAMPLEFORMAT, SAMPLEFORMAT_UINT) &&
+              TIFFSetField(tif, TIFFTAG_PLANARCONFIG, o_.separate_planes ? PLANARCONFIG_SEPARATE : PLANARCONFIG_CONTIG) &&
+              TIFFSetField(tif, TIFFTAG_PHOTOMETRIC, photometric) &&
+              TIFFSetField(tif, TIFFTAG_COMPRESSION, libtiff_compression(o_.compression));
+    if (ok && level_ > 0) ok = TIFFSetField(tif, TIFFTAG_SUBFILETYPE, FILETYPE_REDUCEDIMAGE);
+    if (ok && level_ == 0 && o_.levels > 1 && o_.levels_as_subifds) {
+      // Placeholders; libtiff fills in the offsets as the next directories are written.
+      std::vector<toff_t> offsets(o_.levels - 1, 0);
+      ok = TIFFSetField(tif, TIFFTAG_SUBIFD, static_cast<uint16_t>(offsets.size()), offsets.data());
+    }
+    if (ok && o_.tiled)
+      ok = TIFFSetField(tif, TIFFTAG_TILEWIDTH, static_cast<uint32_t>(o_.tile_size)) &&
+           TIFFSetField(tif, TIFFTAG_TILELENGTH, static_cast<uint32_t>(o_.tile_size));
+    if (ok && !o_.tiled) ok = TIFFSetField(tif, TIFFTAG_ROWSPERSTRIP, static_cast<uint32_t>(o_.rows_per_strip));
+    if (ok && o_.compression == TiffCompression::jpeg) {
+      ok = TIFFSetField(tif, TIFFTAG_JPEGQUALITY, o_.jpeg_quality);
+      // The callback gives RGB; libjpeg converts to YCbCr and subsamples.
+      if (ok && ycbcr) ok = TIFFSetField(tif, TIFFTAG_JPEGCOLORMODE, JPEGCOLORMODE_RGB);
+    }
+    if (ok && o_.compression == TiffCompression::deflate) ok = TIFFSetField(tif, TIFFTAG_ZIPQUALITY, o_.deflate_level);
+    if (ok && o_.predictor && (o_.compression == TiffCompression::deflate || o_.compression == TiffCompression::lzw))
+      ok = TIFFSetField(tif, TIFFTAG_PREDICTOR, PREDICTOR_HORIZONTAL);
+    if (!ok) h_.fail(fmt::format("cannot set the tags of level {}", level_));
+  }
+
+  void write_block(int64_t bx, int64_t by, int rows, int plane, std::vector<uint8_t>& block, size_t row_bytes) {
+    TIFF* tif = h_.get();
+    tmsize_t written;
+    if (o_.tiled) {
+      const uint32_t index = TIFFComputeTile(tif, static_cast<uint32_t>(bx), static_cast<uint32_t>(by), 0, static_cast<uint16_t>(plane));
+      written = TIFFWriteEncodedTile(tif, index, block.data(), static_cast<tmsize_t>(block.size()));
+    } else {
+      const uint32_t index = TIFFComputeStrip(tif, static_cast<uint32_t>(by), static_cast<uint16_t>(plane));
+      written = TIFFWriteEncodedStrip(tif, index, block.data(), static_cast<tmsize_t>(row_bytes * rows));
+    }
+    if (written < 0) h_.fail(fmt::format("cannot write the block at ({}, {}) of level {}", bx, by, level_));
+  }
+
+  TiffHandle& h_;
+  const TiffWriteOptions& o_;
+  int level_;
+  const TiffPixelCallback& pixels_;
+  int64_t width_ = 0, height_ = 0;
+};
+
+}  // namespace
+
+std::optional<TiffCompression> parse_tiff_compression(const std::string& name) {
+  for (TiffCompression c : {TiffCompression::none, TiffCompression::lzw, TiffCompression::deflate,
+                            TiffCompression::packbits, TiffCompression::jpeg})
+    if (name == tiff_compression_name(c)) return c;
+  return std::nullopt;
+}
+
+const char* tiff_compression_name(TiffCompression compression) {
+  switch (compression) {
+    case TiffCompression::none: return "none";
+    case TiffCompression::lzw: return "lzw";
+    case TiffCompression::deflate: return "deflate";
+    case TiffCompression::packbits: return "packbits";
+    case TiffCompression::jpeg: return "jpeg";
+  }
+  return "?";
+}
+
+void write_tiff(const std::string& path, const TiffWriteOptions& options, const TiffPixelCallback& pixels) {
+  validate(path, options);
+  const std::string temporary = fmt::format("{}.tmp-{}", path, ::getpid());
+  try {
+    TiffHandle handle(temporary, options.bigtiff ? "w8" : "w");
+    for (int level = 0; level < options.levels; ++level) LevelWriter(handle, options, level, pixels).write();
+    handle.close();
+    std::error_code ec;
+    std::filesystem::rename(temporary, path, ec);
+    if (ec) throw Error(fmt::format("{}: cannot move the written TIFF into place: {}", path, ec.message()));
+  } catch (...) {
+    std::error_code ignored;
+    std::filesystem::remove(temporary, ignored);
+    throw;
+  }
+}
+
+}  // namespace bigtrain::tiler
