@@ -1,0 +1,79 @@
+#include "net/batch_norm.hpp"
+
+#include "kernels/core/error.hpp"
+
+namespace bigtrain::net {
+
+BatchNorm2d::BatchNorm2d(std::string name, std::int64_t channels) : Layer(std::move(name)), channels_(channels) {
+  weight_ = {child_name(*this, "weight"), Tensor::empty({channels}), {}};
+  weight_.value.fill(1.0f);
+  bias_ = {child_name(*this, "bias"), Tensor::zeros({channels}), {}};
+  running_mean_ = {child_name(*this, "running_mean"), Tensor::zeros({channels})};
+  running_var_ = {child_name(*this, "running_var"), Tensor::empty({channels})};
+  running_var_.value.fill(1.0f);
+  num_batches_tracked_ = {child_name(*this, "num_batches_tracked"), 0};
+}
+
+kernels::BatchNorm2d& BatchNorm2d::op(Backend backend, const kernels::BatchNormSpec& spec) {
+  return ops_.get(backend, spec,
+                  [](Backend b, const kernels::BatchNormSpec& s) { return kernels::make_batch_norm(b, s); });
+}
+
+Tensor BatchNorm2d::forward(const Tensor& x, const ForwardContext& ctx) {
+  BT_CHECK(x.rank() == 4 && x.dim(1) == channels_, "batch norm `{}` expects [N,{},H,W], got {}", name(), channels_,
+           x.describe());
+  kernels::BatchNormSpec spec;
+  spec.batch = x.dim(0);
+  spec.channels = channels_;
+  spec.height = x.dim(2);
+  spec.width = x.dim(3);
+  spec.epsilon = kEpsilon;
+  kernels::BatchNorm2d& bn = op(ctx.backend, spec);
+  const Device device = backend_device(ctx.backend);
+  Tensor y = Tensor::empty(x.shape(), DType::f32, device);
+  const bool batch_statistics = ctx.training && !ctx.freeze_bn;
+  if (!batch_statistics) {
+    bn.forward_inference(x, weight_.value, bias_.value, running_mean_.value, running_var_.value, y);
+    if (ctx.keep_activations) saved_.push_back({ctx.backend, spec, false, x, {}, {}});
+    return y;
+  }
+  // PyTorch raises for a single value per channel; the variance is then undefined.
+  BT_CHECK(spec.batch * spec.height * spec.width > 1,
+           "batch norm `{}`: training needs more than one value per channel, got input {}", name(), x.describe());
+  Tensor save_mean = Tensor::empty({channels_}, DType::f32, device);
+  Tensor save_invstd = Tensor::empty({channels_}, DType::f32, device);
+  const bool update = ctx.update_bn_running_stats;
+  bn.forward_training(x, weight_.value, bias_.value, y, save_mean, save_invstd, update ? &running_mean_.value : nullptr,
+                      update ? &running_var_.value : nullptr, kMomentum);
+  if (update) ++num_batches_tracked_.value;
+  if (ctx.keep_activations) saved_.push_back({ctx.backend, spec, true, x, std::move(save_mean), std::move(save_invstd)});
+  return y;
+}
+
+Tensor BatchNorm2d::backward(const Tensor& dy) {
+  BT_CHECK(!saved_.empty(), "batch norm `{}`: backward without a kept forward", name());
+  Saved saved = std::move(saved_.back());
+  saved_.pop_back();
+  kernels::BatchNorm2d& bn = op(saved.backend, saved.spec);
+  const Device device = backend_device(saved.backend);
+  Tensor dx = Tensor::empty(saved.spec.input_shape(), DType::f32, device);
+  Tensor dgamma = Tensor::empty({channels_}, DType::f32, device);
+  Tensor dbeta = Tensor::empty({channels_}, DType::f32, device);
+  if (saved.batch_statistics)
+    bn.backward_training(saved.x, dy, weight_.value, saved.save_mean, saved.save_invstd, dx, dgamma, dbeta);
+  else
+    bn.backward_inference(saved.x, dy, weight_.value, running_mean_.value, running_var_.value, dx, dgamma, dbeta);
+  weight_.accumulate_grad(saved.backend, std::move(dgamma));
+  bias_.accumulate_grad(saved.backend, std::move(dbeta));
+  return dx;
+}
+
+void BatchNorm2d::collect_state(StateRefs& refs) {
+  refs.parameters.push_back(&weight_);
+  refs.parameters.push_back(&bias_);
+  refs.buffers.push_back(&running_mean_);
+  refs.buffers.push_back(&running_var_);
+  refs.counters.push_back(&num_batches_tracked_);
+}
+
+}  // namespace bigtrain::net

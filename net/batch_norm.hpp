@@ -1,0 +1,51 @@
+#pragma once
+// nn.BatchNorm2d (momentum 0.1, eps 1e-5): state_dict entries `<name>.weight`,
+// `.bias`, `.running_mean`, `.running_var`, `.num_batches_tracked`.
+#include <cstdint>
+#include <vector>
+
+#include "kernels/batch_norm.hpp"
+#include "net/layer.hpp"
+#include "net/op_cache.hpp"
+
+namespace bigtrain::net {
+
+class BatchNorm2d final : public Layer {
+ public:
+  static constexpr float kMomentum = 0.1f;
+  static constexpr float kEpsilon = 1e-5f;
+
+  // weight 1, bias 0, running_mean 0, running_var 1, as PyTorch.
+  BatchNorm2d(std::string name, std::int64_t channels);
+
+  Tensor forward(const Tensor& x, const ForwardContext& ctx) override;
+  Tensor backward(const Tensor& dy) override;
+  void collect_state(StateRefs& refs) override;
+  void clear_saved() override { saved_.clear(); }
+  std::size_t saved_count() const override { return saved_.size(); }
+
+  std::int64_t channels() const { return channels_; }
+  Parameter& weight() { return weight_; }
+  Parameter& bias() { return bias_; }
+  Buffer& running_mean() { return running_mean_; }
+  Buffer& running_var() { return running_var_; }
+  Counter& num_batches_tracked() { return num_batches_tracked_; }
+
+ private:
+  kernels::BatchNorm2d& op(Backend backend, const kernels::BatchNormSpec& spec);
+
+  struct Saved {
+    Backend backend;
+    kernels::BatchNormSpec spec;
+    bool batch_statistics;  // false: normalised with the running statistics (frozen or eval)
+    Tensor x, save_mean, save_invstd;
+  };
+  std::int64_t channels_;
+  Parameter weight_, bias_;
+  Buffer running_mean_, running_var_;
+  Counter num_batches_tracked_;
+  OpCache<kernels::BatchNormSpec, kernels::BatchNorm2d> ops_;
+  std::vector<Saved> saved_;
+};
+
+}  // namespace bigtrain::net

@@ -1,0 +1,91 @@
+#include "net/conv2d.hpp"
+
+#include "kernels/core/error.hpp"
+#include "net/init.hpp"
+
+namespace bigtrain::net {
+
+Conv2d::Conv2d(std::string name, const Conv2dOptions& options, std::uint64_t seed, ConvInit init)
+    : Layer(std::move(name)), options_(options) {
+  BT_CHECK(options.groups >= 1 && options.in_channels % options.groups == 0 &&
+               options.out_channels % options.groups == 0,
+           "conv `{}`: {} in and {} out channels are not divisible into {} groups", this->name(),
+           options.in_channels, options.out_channels, options.groups);
+  weight_.name = child_name(*this, "weight");
+  weight_.value = Tensor::empty(
+      {options.out_channels, options.in_channels / options.groups, options.kernel_h, options.kernel_w});
+  InitRandom weight_random(seed, weight_.name);
+  if (init == ConvInit::kaiming_normal_fan_out)
+    kaiming_normal_fan_out(weight_.value, weight_random);
+  else
+    default_weight_uniform(weight_.value, weight_random);
+  if (options.bias) {
+    bias_.name = child_name(*this, "bias");
+    bias_.value = Tensor::zeros({options.out_channels});
+    InitRandom bias_random(seed, bias_.name);
+    if (init == ConvInit::pytorch_default) default_bias_uniform(bias_.value, fan_in(weight_.value), bias_random);
+  }
+}
+
+kernels::Conv2dSpec Conv2d::spec_for(const Tensor& x) const {
+  BT_CHECK(x.rank() == 4 && x.dim(1) == options_.in_channels, "conv `{}` expects [N,{},H,W], got {}", name(),
+           options_.in_channels, x.describe());
+  kernels::Conv2dSpec spec;
+  spec.batch = x.dim(0);
+  spec.in_channels = options_.in_channels;
+  spec.out_channels = options_.out_channels;
+  spec.in_h = x.dim(2);
+  spec.in_w = x.dim(3);
+  spec.kernel_h = options_.kernel_h;
+  spec.kernel_w = options_.kernel_w;
+  spec.stride_h = options_.stride_h;
+  spec.stride_w = options_.stride_w;
+  spec.pad_h = options_.pad_h;
+  spec.pad_w = options_.pad_w;
+  spec.dilation_h = options_.dilation_h;
+  spec.dilation_w = options_.dilation_w;
+  spec.groups = options_.groups;
+  spec.bias = options_.bias;
+  return spec;
+}
+
+kernels::Conv2d& Conv2d::op(Backend backend, const kernels::Conv2dSpec& spec) {
+  return ops_.get(backend, spec, [](Backend b, const kernels::Conv2dSpec& s) { return kernels::make_conv2d(b, s); });
+}
+
+Tensor Conv2d::forward(const Tensor& x, const ForwardContext& ctx) {
+  const kernels::Conv2dSpec spec = spec_for(x);
+  BT_CHECK(spec.out_h() > 0 && spec.out_w() > 0, "conv `{}`: input {} is smaller than the {}x{} kernel", name(),
+           x.describe(), spec.kernel_h, spec.kernel_w);
+  Tensor y = Tensor::empty(spec.output_shape(), DType::f32, backend_device(ctx.backend));
+  op(ctx.backend, spec).forward(x, weight_.value, options_.bias ? &bias_.value : nullptr, y);
+  if (ctx.keep_activations) saved_.push_back({ctx.backend, spec, x});
+  return y;
+}
+
+Tensor Conv2d::backward(const Tensor& dy) {
+  BT_CHECK(!saved_.empty(), "conv `{}`: backward without a kept forward", name());
+  Saved saved = std::move(saved_.back());
+  saved_.pop_back();
+  kernels::Conv2d& conv = op(saved.backend, saved.spec);
+  const Device device = backend_device(saved.backend);
+  Tensor dx;
+  if (input_grad_) {
+    dx = Tensor::empty(saved.spec.input_shape(), DType::f32, device);
+    conv.backward_data(dy, weight_.value, dx);
+  }
+  Tensor dweight = Tensor::empty(weight_.value.shape(), DType::f32, device);
+  Tensor dbias;
+  if (options_.bias) dbias = Tensor::empty(bias_.value.shape(), DType::f32, device);
+  conv.backward_weights(saved.x, dy, dweight, options_.bias ? &dbias : nullptr);
+  weight_.accumulate_grad(saved.backend, std::move(dweight));
+  if (options_.bias) bias_.accumulate_grad(saved.backend, std::move(dbias));
+  return dx;
+}
+
+void Conv2d::collect_state(StateRefs& refs) {
+  refs.parameters.push_back(&weight_);
+  if (options_.bias) refs.parameters.push_back(&bias_);
+}
+
+}  // namespace bigtrain::net

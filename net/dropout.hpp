@@ -1,0 +1,32 @@
+#pragma once
+// nn.Dropout (inverted: kept values scaled by 1/(1-p)); identity unless training.
+// The mask is a pure function of (seed, offset, element): the layer's seed is the
+// context's dropout_seed mixed with the layer's name, so two dropout layers draw
+// different masks while pass 2 of the tile trainer redraws pass 1's exactly.
+#include <cstdint>
+#include <vector>
+
+#include "net/layer.hpp"
+
+namespace bigtrain::net {
+
+class Dropout final : public Layer {
+ public:
+  Dropout(std::string name, float p);
+
+  Tensor forward(const Tensor& x, const ForwardContext& ctx) override;
+  Tensor backward(const Tensor& dy) override;
+  void clear_saved() override { saved_.clear(); }
+  std::size_t saved_count() const override { return saved_.size(); }
+  float p() const { return p_; }
+
+ private:
+  struct Saved {
+    Backend backend;
+    Tensor mask;  // u8; undefined when the forward was the identity
+  };
+  float p_;
+  std::vector<Saved> saved_;
+};
+
+}  // namespace bigtrain::net

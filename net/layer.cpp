@@ -1,0 +1,27 @@
+#include "net/layer.hpp"
+
+namespace bigtrain::net {
+
+StateRefs Layer::state() {
+  StateRefs refs;
+  collect_state(refs);
+  return refs;
+}
+
+std::vector<Parameter*> Layer::parameters() { return state().parameters; }
+
+void Layer::zero_grad() {
+  for (Parameter* parameter : parameters()) parameter->zero_grad();
+}
+
+void Layer::to(Device device) {
+  StateRefs refs = state();
+  for (Parameter* parameter : refs.parameters) {
+    if (parameter->value.device() != device) parameter->value = parameter->value.to(device);
+    if (parameter->grad.defined() && parameter->grad.device() != device) parameter->grad = parameter->grad.to(device);
+  }
+  for (Buffer* buffer : refs.buffers)
+    if (buffer->value.device() != device) buffer->value = buffer->value.to(device);
+}
+
+}  // namespace bigtrain::net

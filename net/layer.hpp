@@ -1,0 +1,57 @@
+#pragma once
+// A layer of a network: forward, backward and named state.
+//
+// Saved activations form a stack per layer: every forward with keep_activations
+// pushes what its backward needs, every backward pops the most recent. So several
+// batches may be forwarded before any is backpropagated (a whole image's tile
+// batches held at once, as the gradient-equivalence test of the two-pass trainer
+// does), provided backward runs in reverse order. A forward without
+// keep_activations saves nothing and its backward is an error.
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "kernels/core/tensor.hpp"
+#include "net/forward_context.hpp"
+#include "net/parameter.hpp"
+
+namespace bigtrain::net {
+
+class Layer {
+ public:
+  // `name` is the layer's state_dict prefix ("layer1.0.conv1"); may be empty.
+  explicit Layer(std::string name) : name_(std::move(name)) {}
+  virtual ~Layer() = default;
+  Layer(const Layer&) = delete;
+  Layer& operator=(const Layer&) = delete;
+
+  const std::string& name() const { return name_; }
+
+  virtual Tensor forward(const Tensor& x, const ForwardContext& ctx) = 0;
+  // Gradient of the input for the most recent kept forward; accumulates parameter
+  // gradients (+=) and frees what that forward saved. May return an undefined
+  // tensor when the input gradient was switched off (an encoder's image input).
+  virtual Tensor backward(const Tensor& dy) = 0;
+
+  virtual void collect_state(StateRefs& refs) { (void)refs; }
+  // Drops every saved activation (e.g. after an aborted step).
+  virtual void clear_saved() = 0;
+  // Forwards saved and not yet backpropagated, over this layer and its children.
+  virtual std::size_t saved_count() const = 0;
+
+  StateRefs state();
+  std::vector<Parameter*> parameters();
+  void zero_grad();
+  // Moves parameters, gradients and buffers to `device` (op caches are rebuilt lazily).
+  void to(Device device);
+
+ private:
+  std::string name_;
+};
+
+// The name of a child of `parent`: "layer1.0" + "conv1".
+inline std::string child_name(const Layer& parent, const std::string& child) {
+  return join_name(parent.name(), child);
+}
+
+}  // namespace bigtrain::net

@@ -1,0 +1,72 @@
+#pragma once
+// A classifier: encoder (features [N, D]) + linear head `fc` (logits [N, classes]).
+// For whole-image training the two are used together; the tile trainer calls the
+// encoder per tile batch and the head on aggregated features.
+//
+// state_dict() / load_state_dict() use torchvision's names and layouts (OIHW conv
+// weights, [out, in] fc weight, I64 num_batches_tracked), so a torchvision ResNet's
+// state_dict saved as safetensors loads as it is, and ours loads into torchvision.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "net/encoder.hpp"
+#include "net/linear.hpp"
+#include "net/model_spec.hpp"
+#include "net/safetensors.hpp"
+
+namespace bigtrain::net {
+
+struct LoadOptions {
+  // A 3-channel conv1 loads into a 1-channel model summed over its input channels
+  // (a gray image read by an RGB network sees r = g = b = gray).
+  bool grayscale_transfer = true;
+  // A head with another class count is re-initialised instead of an error.
+  bool reinit_mismatched_head = true;
+};
+
+struct LoadReport {
+  bool grayscale_transferred = false;
+  bool head_reinitialised = false;
+  std::vector<std::string> notes;  // what was adapted, also logged
+};
+
+class Model {
+ public:
+  Model(const ModelSpec& spec, std::uint64_t seed);
+
+  const ModelSpec& spec() const { return spec_; }
+  std::uint64_t seed() const { return seed_; }
+  Encoder& encoder() { return *encoder_; }
+  Linear& head() { return *head_; }
+
+  // [N, in_channels, H, W] -> logits [N, num_classes].
+  Tensor forward(const Tensor& x, const ForwardContext& ctx);
+  // Gradient of the input (undefined unless encoder().set_input_grad(true)).
+  Tensor backward(const Tensor& dlogits);
+
+  StateRefs state();
+  std::vector<Parameter*> parameters();
+  std::int64_t parameter_count();
+  void zero_grad();
+  void clear_saved();
+  void to(Device device);
+
+  StateDict state_dict();
+  // Every tensor of the model must be in `state` and vice versa, with the same
+  // shape, except the adaptations in `options` (logged and reported). All other
+  // problems are collected and thrown as one Error listing each tensor; the model
+  // is left unchanged then. `source` names the file in messages.
+  LoadReport load_state_dict(const StateDict& state, const LoadOptions& options = {},
+                             const std::string& source = "state_dict");
+  LoadReport load_safetensors(const std::filesystem::path& path, const LoadOptions& options = {});
+
+ private:
+  ModelSpec spec_;
+  std::uint64_t seed_;
+  std::unique_ptr<Encoder> encoder_;
+  std::unique_ptr<Linear> head_;
+};
+
+}  // namespace bigtrain::net

@@ -1,0 +1,24 @@
+#include "net/relu.hpp"
+
+#include "kernels/core/error.hpp"
+#include "kernels/elementwise.hpp"
+
+namespace bigtrain::net {
+
+Tensor ReLU::forward(const Tensor& x, const ForwardContext& ctx) {
+  Tensor y = inplace_ ? x : Tensor::empty(x.shape(), x.dtype(), x.device());
+  kernels::relu_forward(ctx.backend, x, y);
+  if (ctx.keep_activations) saved_.push_back({ctx.backend, y});
+  return y;
+}
+
+Tensor ReLU::backward(const Tensor& dy) {
+  BT_CHECK(!saved_.empty(), "relu `{}`: backward without a kept forward", name());
+  Saved saved = std::move(saved_.back());
+  saved_.pop_back();
+  Tensor dx = Tensor::empty(dy.shape(), dy.dtype(), dy.device());
+  kernels::relu_backward(saved.backend, saved.y, dy, dx);
+  return dx;
+}
+
+}  // namespace bigtrain::net

@@ -1,0 +1,153 @@
+#include "net/residual_block.hpp"
+
+#include <initializer_list>
+
+#include "kernels/core/error.hpp"
+#include "kernels/elementwise.hpp"
+
+namespace bigtrain::net {
+
+void ResidualBlock::make_downsample(std::int64_t in_channels, std::int64_t out_channels, int stride,
+                                    std::uint64_t seed) {
+  out_channels_ = out_channels;
+  if (stride == 1 && in_channels == out_channels) return;
+  downsample_conv_ = std::make_unique<Conv2d>(child_name(*this, "downsample.0"),
+                                              Conv2dOptions::square(in_channels, out_channels, 1, stride), seed, ConvInit::kaiming_normal_fan_out);
+  downsample_bn_ = std::make_unique<BatchNorm2d>(child_name(*this, "downsample.1"), out_channels);
+}
+
+Tensor ResidualBlock::forward(const Tensor& x, const ForwardContext& ctx) {
+  Tensor out = main_forward(x, ctx);
+  Tensor identity = x;
+  if (downsample_conv_) identity = downsample_bn_->forward(downsample_conv_->forward(x, ctx), ctx);
+  // In place: `out` is a BatchNorm output, which no layer keeps.
+  kernels::add(ctx.backend, out, identity, out);
+  if (ctx.keep_activations) saved_backends_.push_back(ctx.backend);
+  return relu_out_.forward(out, ctx);
+}
+
+Tensor ResidualBlock::backward(const Tensor& dy) {
+  BT_CHECK(!saved_backends_.empty(), "block `{}`: backward without a kept forward", name());
+  const Backend backend = saved_backends_.back();
+  saved_backends_.pop_back();
+  Tensor d_sum = relu_out_.backward(dy);
+  Tensor dx = main_backward(d_sum);
+  Tensor d_identity = d_sum;
+  if (downsample_conv_) d_identity = downsample_conv_->backward(downsample_bn_->backward(d_sum));
+  kernels::add(backend, dx, d_identity, dx);
+  return dx;
+}
+
+void ResidualBlock::collect_state(StateRefs& refs) {
+  collect_main_state(refs);
+  if (downsample_conv_) {
+    downsample_conv_->collect_state(refs);
+    downsample_bn_->collect_state(refs);
+  }
+}
+
+void ResidualBlock::clear_saved() {
+  clear_main_saved();
+  if (downsample_conv_) {
+    downsample_conv_->clear_saved();
+    downsample_bn_->clear_saved();
+  }
+  relu_out_.clear_saved();
+  saved_backends_.clear();
+}
+
+std::size_t ResidualBlock::saved_count() const {
+  std::size_t count = main_saved_count() + relu_out_.saved_count() + saved_backends_.size();
+  if (downsample_conv_) count += downsample_conv_->saved_count() + downsample_bn_->saved_count();
+  return count;
+}
+
+// ---- BasicBlock ------------------------------------------------------------------
+
+BasicBlock::BasicBlock(std::string name, std::int64_t in_channels, std::int64_t planes, int stride,
+                       std::uint64_t seed)
+    : ResidualBlock(std::move(name)) {
+  conv1_ = std::make_unique<Conv2d>(child_name(*this, "conv1"), Conv2dOptions::square(in_channels, planes, 3, stride, 1),
+                                    seed, ConvInit::kaiming_normal_fan_out);
+  bn1_ = std::make_unique<BatchNorm2d>(child_name(*this, "bn1"), planes);
+  conv2_ = std::make_unique<Conv2d>(child_name(*this, "conv2"), Conv2dOptions::square(planes, planes, 3, 1, 1), seed, ConvInit::kaiming_normal_fan_out);
+  bn2_ = std::make_unique<BatchNorm2d>(child_name(*this, "bn2"), planes);
+  make_downsample(in_channels, planes * kExpansion, stride, seed);
+}
+
+Tensor BasicBlock::main_forward(const Tensor& x, const ForwardContext& ctx) {
+  Tensor h = relu1_.forward(bn1_->forward(conv1_->forward(x, ctx), ctx), ctx);
+  return bn2_->forward(conv2_->forward(h, ctx), ctx);
+}
+
+Tensor BasicBlock::main_backward(const Tensor& dy) {
+  Tensor d = conv2_->backward(bn2_->backward(dy));
+  return conv1_->backward(bn1_->backward(relu1_.backward(d)));
+}
+
+void BasicBlock::collect_main_state(StateRefs& refs) {
+  conv1_->collect_state(refs);
+  bn1_->collect_state(refs);
+  conv2_->collect_state(refs);
+  bn2_->collect_state(refs);
+}
+
+void BasicBlock::clear_main_saved() {
+  conv1_->clear_saved();
+  bn1_->clear_saved();
+  relu1_.clear_saved();
+  conv2_->clear_saved();
+  bn2_->clear_saved();
+}
+
+std::size_t BasicBlock::main_saved_count() const {
+  return conv1_->saved_count() + bn1_->saved_count() + relu1_.saved_count() + conv2_->saved_count() +
+         bn2_->saved_count();
+}
+
+// ---- Bottleneck ------------------------------------------------------------------
+
+Bottleneck::Bottleneck(std::string name, std::int64_t in_channels, std::int64_t planes, int stride,
+                       std::uint64_t seed)
+    : ResidualBlock(std::move(name)) {
+  conv1_ = std::make_unique<Conv2d>(child_name(*this, "conv1"), Conv2dOptions::square(in_channels, planes, 1), seed, ConvInit::kaiming_normal_fan_out);
+  bn1_ = std::make_unique<BatchNorm2d>(child_name(*this, "bn1"), planes);
+  conv2_ = std::make_unique<Conv2d>(child_name(*this, "conv2"), Conv2dOptions::square(planes, planes, 3, stride, 1),
+                                    seed, ConvInit::kaiming_normal_fan_out);
+  bn2_ = std::make_unique<BatchNorm2d>(child_name(*this, "bn2"), planes);
+  conv3_ = std::make_unique<Conv2d>(child_name(*this, "conv3"), Conv2dOptions::square(planes, planes * kExpansion, 1),
+                                    seed, ConvInit::kaiming_normal_fan_out);
+  bn3_ = std::make_unique<BatchNorm2d>(child_name(*this, "bn3"), planes * kExpansion);
+  make_downsample(in_channels, planes * kExpansion, stride, seed);
+}
+
+Tensor Bottleneck::main_forward(const Tensor& x, const ForwardContext& ctx) {
+  Tensor h = relu1_.forward(bn1_->forward(conv1_->forward(x, ctx), ctx), ctx);
+  h = relu2_.forward(bn2_->forward(conv2_->forward(h, ctx), ctx), ctx);
+  return bn3_->forward(conv3_->forward(h, ctx), ctx);
+}
+
+Tensor Bottleneck::main_backward(const Tensor& dy) {
+  Tensor d = relu2_.backward(conv3_->backward(bn3_->backward(dy)));
+  d = relu1_.backward(conv2_->backward(bn2_->backward(d)));
+  return conv1_->backward(bn1_->backward(d));
+}
+
+void Bottleneck::collect_main_state(StateRefs& refs) {
+  for (Layer* layer : std::initializer_list<Layer*>{conv1_.get(), bn1_.get(), conv2_.get(), bn2_.get(), conv3_.get(),
+                                                    bn3_.get()})
+    layer->collect_state(refs);
+}
+
+void Bottleneck::clear_main_saved() {
+  for (Layer* layer : std::initializer_list<Layer*>{conv1_.get(), bn1_.get(), &relu1_, conv2_.get(), bn2_.get(),
+                                                    &relu2_, conv3_.get(), bn3_.get()})
+    layer->clear_saved();
+}
+
+std::size_t Bottleneck::main_saved_count() const {
+  return conv1_->saved_count() + bn1_->saved_count() + relu1_.saved_count() + conv2_->saved_count() +
+         bn2_->saved_count() + relu2_.saved_count() + conv3_->saved_count() + bn3_->saved_count();
+}
+
+}  // namespace bigtrain::net

@@ -1,0 +1,285 @@
+#include "net/safetensors.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <array>
+#include <bit>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "kernels/core/error.hpp"
+
+namespace bigtrain::net {
+namespace {
+
+static_assert(std::endian::native == std::endian::little, "safetensors IO assumes a little-endian host");
+
+struct DTypeInfo {
+  StoredDType dtype;
+  const char* name;
+  std::size_t size;
+};
+constexpr std::array<DTypeInfo, 10> kDTypes{{{StoredDType::F64, "F64", 8},
+                                             {StoredDType::F32, "F32", 4},
+                                             {StoredDType::F16, "F16", 2},
+                                             {StoredDType::BF16, "BF16", 2},
+                                             {StoredDType::I64, "I64", 8},
+                                             {StoredDType::I32, "I32", 4},
+                                             {StoredDType::I16, "I16", 2},
+                                             {StoredDType::I8, "I8", 1},
+                                             {StoredDType::U8, "U8", 1},
+                                             {StoredDType::BOOL, "BOOL", 1}}};
+
+// The safetensors library refuses headers above 100 MB; so do we, before allocating.
+constexpr std::uint64_t kMaxHeaderBytes = 100'000'000;
+
+float half_to_float(std::uint16_t h) {
+  const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
+  std::uint32_t exponent = (h >> 10) & 0x1Fu;
+  std::uint32_t mantissa = h & 0x3FFu;
+  std::uint32_t bits;
+  if (exponent == 0x1F) {
+    bits = sign | 0x7F800000u | (mantissa << 13);  // inf / nan
+  } else if (exponent != 0) {
+    bits = sign | ((exponent + 112) << 23) | (mantissa << 13);
+  } else if (mantissa == 0) {
+    bits = sign;
+  } else {  // subnormal: normalise
+    exponent = 113;
+    while ((mantissa & 0x400u) == 0) {
+      mantissa <<= 1;
+      --exponent;
+    }
+    bits = sign | (exponent << 23) | ((mantissa & 0x3FFu) << 13);
+  }
+  return std::bit_cast<float>(bits);
+}
+
+StoredDType dtype_from_name(const std::string& name, const std::string& source, const std::string& tensor) {
+  for (const auto& info : kDTypes)
+    if (name == info.name) return info.dtype;
+  throw Error(fmt::format("{}: tensor '{}' has unknown dtype '{}'", source, tensor, name));
+}
+
+StoredDType stored_from_dtype(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return StoredDType::F32;
+    case DType::bf16: return StoredDType::BF16;
+    case DType::f16: return StoredDType::F16;
+    case DType::u8: return StoredDType::U8;
+    case DType::i32: return StoredDType::I32;
+  }
+  throw Error("unsupported tensor dtype for safetensors");
+}
+
+template <typename T>
+T load_unaligned(const std::byte* p) {
+  T value;
+  std::memcpy(&value, p, sizeof(T));
+  return value;
+}
+
+void write_all(int fd, const void* data, std::size_t bytes, const std::string& path) {
+  const char* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    const ssize_t written = ::write(fd, p, bytes);
+    if (written < 0 && errno == EINTR) continue;
+    BT_CHECK(written > 0, "{}: write failed: {}", path, std::strerror(errno));
+    p += written;
+    bytes -= static_cast<std::size_t>(written);
+  }
+}
+
+}  // namespace
+
+const char* stored_dtype_name(StoredDType dtype) {
+  for (const auto& info : kDTypes)
+    if (info.dtype == dtype) return info.name;
+  return "?";
+}
+
+std::size_t stored_dtype_size(StoredDType dtype) {
+  for (const auto& info : kDTypes)
+    if (info.dtype == dtype) return info.size;
+  return 0;
+}
+
+StoredTensor StoredTensor::from_tensor(const Tensor& tensor) {
+  StoredTensor stored;
+  stored.dtype = stored_from_dtype(tensor.dtype());
+  stored.shape = tensor.shape();
+  stored.bytes.resize(tensor.nbytes());
+  Tensor host = tensor.device().is_cpu() ? tensor : tensor.to(Device::cpu());
+  if (!stored.bytes.empty()) std::memcpy(stored.bytes.data(), host.raw_data(), stored.bytes.size());
+  return stored;
+}
+
+StoredTensor StoredTensor::from_int64(std::int64_t value) {
+  StoredTensor stored;
+  stored.dtype = StoredDType::I64;
+  stored.bytes.resize(sizeof(value));
+  std::memcpy(stored.bytes.data(), &value, sizeof(value));
+  return stored;
+}
+
+Tensor StoredTensor::to_f32() const {
+  Tensor tensor = Tensor::empty(shape);
+  float* out = tensor.f32();
+  const std::int64_t count = numel();
+  const std::byte* in = bytes.data();
+  switch (dtype) {
+    case StoredDType::F32:
+      if (count > 0) std::memcpy(out, in, static_cast<std::size_t>(count) * 4);
+      break;
+    case StoredDType::F64:
+      for (std::int64_t i = 0; i < count; ++i) out[i] = static_cast<float>(load_unaligned<double>(in + 8 * i));
+      break;
+    case StoredDType::F16:
+      for (std::int64_t i = 0; i < count; ++i) out[i] = half_to_float(load_unaligned<std::uint16_t>(in + 2 * i));
+      break;
+    case StoredDType::BF16:
+      for (std::int64_t i = 0; i < count; ++i)
+        out[i] = std::bit_cast<float>(static_cast<std::uint32_t>(load_unaligned<std::uint16_t>(in + 2 * i)) << 16);
+      break;
+    default:
+      throw Error(fmt::format("a {} tensor cannot be read as floating point", stored_dtype_name(dtype)));
+  }
+  return tensor;
+}
+
+std::int64_t StoredTensor::to_int64() const {
+  BT_CHECK(numel() == 1, "expected a single integer, got a tensor of shape {}", shape_str(shape));
+  const std::byte* in = bytes.data();
+  switch (dtype) {
+    case StoredDType::I64: return load_unaligned<std::int64_t>(in);
+    case StoredDType::I32: return load_unaligned<std::int32_t>(in);
+    case StoredDType::I16: return load_unaligned<std::int16_t>(in);
+    case StoredDType::I8: return load_unaligned<std::int8_t>(in);
+    case StoredDType::U8: return load_unaligned<std::uint8_t>(in);
+    default: throw Error(fmt::format("a {} tensor cannot be read as an integer", stored_dtype_name(dtype)));
+  }
+}
+
+SafetensorsFile parse_safetensors(std::span<const std::byte> contents, const std::string& source) {
+  BT_CHECK(contents.size() >= 8, "{}: not a safetensors file: {} bytes, shorter than the 8-byte header length",
+           source, contents.size());
+  const auto header_bytes = load_unaligned<std::uint64_t>(contents.data());
+  BT_CHECK(header_bytes <= kMaxHeaderBytes && header_bytes <= contents.size() - 8,
+           "{}: corrupt safetensors file: header length {} exceeds the file ({} bytes)", source, header_bytes,
+           contents.size());
+  const auto* header_begin = reinterpret_cast<const char*>(contents.data() + 8);
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(header_begin, header_begin + header_bytes);
+  } catch (const nlohmann::json::exception& error) {
+    throw Error(fmt::format("{}: corrupt safetensors file: header is not valid JSON ({})", source, error.what()));
+  }
+  BT_CHECK(header.is_object(), "{}: corrupt safetensors file: header is not a JSON object", source);
+  const std::span<const std::byte> data = contents.subspan(8 + header_bytes);
+
+  SafetensorsFile file;
+  for (const auto& [name, entry] : header.items()) {
+    if (name == "__metadata__") {
+      BT_CHECK(entry.is_object(), "{}: __metadata__ must be an object of strings", source);
+      for (const auto& [key, value] : entry.items()) {
+        BT_CHECK(value.is_string(), "{}: metadata '{}' is not a string", source, key);
+        file.metadata[key] = value.get<std::string>();
+      }
+      continue;
+    }
+    BT_CHECK(entry.is_object() && entry.contains("dtype") && entry.contains("shape") && entry.contains("data_offsets"),
+             "{}: tensor '{}' needs dtype, shape and data_offsets", source, name);
+    const auto& dtype = entry["dtype"];
+    const auto& shape = entry["shape"];
+    const auto& offsets = entry["data_offsets"];
+    BT_CHECK(dtype.is_string(), "{}: tensor '{}': dtype is not a string", source, name);
+    BT_CHECK(shape.is_array(), "{}: tensor '{}': shape is not an array", source, name);
+    BT_CHECK(offsets.is_array() && offsets.size() == 2 && offsets[0].is_number_unsigned() &&
+                 offsets[1].is_number_unsigned(),
+             "{}: tensor '{}': data_offsets must be two non-negative integers", source, name);
+    StoredTensor tensor;
+    tensor.dtype = dtype_from_name(dtype.get<std::string>(), source, name);
+    std::uint64_t count = 1;
+    for (const auto& extent : shape) {
+      BT_CHECK(extent.is_number_unsigned(), "{}: tensor '{}': shape has a non-integer or negative extent", source,
+               name);
+      const auto value = extent.get<std::uint64_t>();
+      BT_CHECK(value == 0 || count <= data.size() / value, "{}: tensor '{}': shape is larger than the file", source,
+               name);
+      count *= value;
+      tensor.shape.push_back(static_cast<std::int64_t>(value));
+    }
+    const auto begin = offsets[0].get<std::uint64_t>();
+    const auto end = offsets[1].get<std::uint64_t>();
+    BT_CHECK(begin <= end && end <= data.size(),
+             "{}: corrupt safetensors file: tensor '{}' spans bytes [{}, {}) of a {}-byte data section (truncated?)",
+             source, name, begin, end, data.size());
+    const std::uint64_t expected = count * stored_dtype_size(tensor.dtype);
+    BT_CHECK(end - begin == expected, "{}: tensor '{}': {} {} of shape {} needs {} bytes, data_offsets give {}",
+             source, name, count, dtype.get<std::string>(), shape_str(tensor.shape), expected, end - begin);
+    tensor.bytes.assign(data.begin() + static_cast<std::ptrdiff_t>(begin),
+                        data.begin() + static_cast<std::ptrdiff_t>(end));
+    file.tensors.emplace(name, std::move(tensor));
+  }
+  return file;
+}
+
+SafetensorsFile read_safetensors(const std::filesystem::path& path) {
+  std::ifstream stream(path, std::ios::binary);
+  BT_CHECK(stream.good(), "{}: cannot open checkpoint: {}", path.string(), std::strerror(errno));
+  stream.seekg(0, std::ios::end);
+  const auto size = static_cast<std::size_t>(stream.tellg());
+  stream.seekg(0);
+  std::vector<std::byte> contents(size);
+  stream.read(reinterpret_cast<char*>(contents.data()), static_cast<std::streamsize>(size));
+  BT_CHECK(stream.good() || size == 0, "{}: read failed", path.string());
+  return parse_safetensors(contents, path.string());
+}
+
+void write_safetensors(const std::filesystem::path& path, const SafetensorsFile& file) {
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (!file.metadata.empty()) header["__metadata__"] = file.metadata;
+  std::uint64_t offset = 0;
+  for (const auto& [name, tensor] : file.tensors) {
+    BT_CHECK(name != "__metadata__", "{}: '__metadata__' is reserved, not a tensor name", path.string());
+    const std::uint64_t expected = static_cast<std::uint64_t>(tensor.numel()) * stored_dtype_size(tensor.dtype);
+    BT_CHECK(tensor.bytes.size() == expected, "{}: tensor '{}' holds {} bytes, its shape {} needs {}", path.string(),
+             name, tensor.bytes.size(), shape_str(tensor.shape), expected);
+    header[name] = {{"dtype", stored_dtype_name(tensor.dtype)},
+                    {"shape", tensor.shape},
+                    {"data_offsets", {offset, offset + tensor.bytes.size()}}};
+    offset += tensor.bytes.size();
+  }
+  std::string header_text = header.dump();
+  // Pad with spaces to a multiple of 8 so the data section is aligned, as the reference writer does.
+  header_text.append((8 - header_text.size() % 8) % 8, ' ');
+  const std::uint64_t header_length = header_text.size();
+
+  const std::filesystem::path temp = path.string() + ".tmp";
+  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  BT_CHECK(fd >= 0, "{}: cannot create: {}", temp.string(), std::strerror(errno));
+  try {
+    write_all(fd, &header_length, sizeof(header_length), temp.string());
+    write_all(fd, header_text.data(), header_text.size(), temp.string());
+    for (const auto& [name, tensor] : file.tensors) write_all(fd, tensor.bytes.data(), tensor.bytes.size(), temp.string());
+    BT_CHECK(::fsync(fd) == 0, "{}: fsync failed: {}", temp.string(), std::strerror(errno));
+  } catch (...) {
+    ::close(fd);
+    std::filesystem::remove(temp);
+    throw;
+  }
+  ::close(fd);
+  std::error_code error;
+  std::filesystem::rename(temp, path, error);
+  if (error) {
+    std::filesystem::remove(temp);
+    throw Error(fmt::format("{}: cannot rename {} into place: {}", path.string(), temp.string(), error.message()));
+  }
+}
+
+}  // namespace bigtrain::net

@@ -1,0 +1,39 @@
+#include "net/sequential.hpp"
+
+#include "kernels/core/error.hpp"
+
+namespace bigtrain::net {
+
+Tensor Sequential::forward(const Tensor& x, const ForwardContext& ctx) {
+  Tensor h = x;
+  for (auto& layer : layers_) h = layer->forward(h, ctx);  // the previous h is freed unless a layer kept it
+  return h;
+}
+
+Tensor Sequential::backward(const Tensor& dy) {
+  Tensor d = dy;
+  for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) {
+    d = (*it)->backward(d);
+    // Only the first layer may skip its input gradient (the image's): a layer
+    // further in would leave the layers before it holding unusable activations.
+    BT_CHECK(d.defined() || std::next(it) == layers_.rend(),
+             "`{}`: a layer inside the network returned no input gradient", name());
+  }
+  return d;
+}
+
+void Sequential::collect_state(StateRefs& refs) {
+  for (auto& layer : layers_) layer->collect_state(refs);
+}
+
+void Sequential::clear_saved() {
+  for (auto& layer : layers_) layer->clear_saved();
+}
+
+std::size_t Sequential::saved_count() const {
+  std::size_t count = 0;
+  for (const auto& layer : layers_) count += layer->saved_count();
+  return count;
+}
+
+}  // namespace bigtrain::net

@@ -1,0 +1,35 @@
+#pragma once
+// Children run in order; backward in reverse. Children carry their full
+// state_dict names, so the container adds no prefix of its own.
+#include <memory>
+#include <vector>
+
+#include "net/layer.hpp"
+
+namespace bigtrain::net {
+
+class Sequential : public Layer {
+ public:
+  explicit Sequential(std::string name = {}) : Layer(std::move(name)) {}
+
+  template <typename T>
+  T& add(std::unique_ptr<T> layer) {
+    T& ref = *layer;
+    layers_.push_back(std::move(layer));
+    return ref;
+  }
+
+  Tensor forward(const Tensor& x, const ForwardContext& ctx) override;
+  Tensor backward(const Tensor& dy) override;
+  void collect_state(StateRefs& refs) override;
+  void clear_saved() override;
+  std::size_t saved_count() const override;
+
+  std::size_t size() const { return layers_.size(); }
+  Layer& at(std::size_t index) { return *layers_.at(index); }
+
+ private:
+  std::vector<std::unique_ptr<Layer>> layers_;
+};
+
+}  // namespace bigtrain::net
