@@ -70,8 +70,6 @@ class LevelWriter {
             pixels.type() != CV_MAKETYPE(o_.bits == 16 ? CV_16U : CV_8U, o_.channels))
           throw Error(fmt::format("{}: the pixel callback changed the block's size or type", h_.path()));
         for (int plane = 0; plane < planes; ++plane) {
-          // Edge blocks of tiled files are stored full size; the padding is zero.
-          std::fill(block.begin(), block.end(), 0);
           const size_t row_bytes = static_cast<size_t>(rect.width) * samples * sample_bytes;
           for (int row = 0; row < rect.height; ++row) {
             uint8_t* dst = block.data() + static_cast<size_t>(row) * bw * samples * sample_bytes;
@@ -84,6 +82,7 @@ class LevelWriter {
                             sample_bytes);
             }
           }
+          if (o_.tiled) pad_by_replication(block, rect, bw, bh, samples * sample_bytes);
           write_block(bx, by, rect.height, plane, block, row_bytes);
         }
       }
@@ -125,6 +124,19 @@ class LevelWriter {
     if (ok && o_.predictor && (o_.compression == TiffCompression::deflate || o_.compression == TiffCompression::lzw))
       ok = TIFFSetField(tif, TIFFTAG_PREDICTOR, PREDICTOR_HORIZONTAL);
     if (!ok) h_.fail(fmt::format("cannot set the tags of level {}", level_));
+  }
+
+  // Edge tiles are stored full size. Repeating the edge pixels into the padding
+  // (rather than zeros) keeps JPEG's blocks smooth, so edge pixels stay accurate.
+  static void pad_by_replication(std::vector<uint8_t>& block, const cv::Rect& rect, int64_t bw, int64_t bh, size_t pixel_bytes) {
+    const size_t stride = static_cast<size_t>(bw) * pixel_bytes;
+    for (int row = 0; row < rect.height; ++row) {
+      uint8_t* line = block.data() + row * stride;
+      for (int64_t col = rect.width; col < bw; ++col)
+        std::memcpy(line + col * pixel_bytes, line + (rect.width - 1) * pixel_bytes, pixel_bytes);
+    }
+    for (int64_t row = rect.height; row < bh; ++row)
+      std::memcpy(block.data() + row * stride, block.data() + (rect.height - 1) * stride, stride);
   }
 
   void write_block(int64_t bx, int64_t by, int rows, int plane, std::vector<uint8_t>& block, size_t row_bytes) {
