@@ -12,7 +12,7 @@
 
 #include "kernels/core/error.hpp"
 
-namespace bigtrain {
+namespace bigtrain::net {
 
 namespace {
 
@@ -126,4 +126,4 @@ LrScheduleConfig lr_schedule_config_from_yaml(const YAML::Node& node, const std:
   return config;
 }
 
-}  // namespace bigtrain
+}  // namespace bigtrain::net

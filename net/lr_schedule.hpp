@@ -18,7 +18,7 @@ namespace YAML {
 class Node;
 }
 
-namespace bigtrain {
+namespace bigtrain::net {
 
 enum class LrScheduleKind { constant, step, multistep, cosine };
 
@@ -66,4 +66,4 @@ class LrSchedule {
 // source (a file) in messages.
 LrScheduleConfig lr_schedule_config_from_yaml(const YAML::Node& node, const std::string& where);
 
-}  // namespace bigtrain
+}  // namespace bigtrain::net

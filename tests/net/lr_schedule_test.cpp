@@ -10,7 +10,7 @@
 #include "net/lr_schedule.hpp"
 #include "tests/net/optimizer_torch_oracle.hpp"
 
-namespace bigtrain {
+namespace bigtrain::net {
 namespace {
 
 constexpr std::int64_t kSteps = 40;
@@ -167,4 +167,4 @@ TEST(LrSchedule, ReadsYamlAndNamesUnknownKeys) {
 }
 
 }  // namespace
-}  // namespace bigtrain
+}  // namespace bigtrain::net
