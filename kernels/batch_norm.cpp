@@ -1,0 +1,128 @@
+#include "kernels/batch_norm.hpp"
+
+#include <cmath>
+
+#include "kernels/core/error.hpp"
+#include "kernels/core/tensor_checks.hpp"
+#include "kernels/cpu/batch_norm.hpp"
+#include "kernels/reference/batch_norm.hpp"
+
+// The CUDA backend adds kernels/cuda/batch_norm.hpp declaring cuda::make_batch_norm(spec);
+// until it exists a CUDA build still compiles and asking for the op is an error.
+#if defined(BIGTRAIN_HAVE_CUDA) && __has_include("kernels/cuda/batch_norm.hpp")
+#include "kernels/cuda/batch_norm.hpp"
+#define BIGTRAIN_CUDA_BATCH_NORM 1
+#endif
+
+namespace bigtrain::kernels {
+
+namespace {
+
+void validate(const BatchNormSpec& s) {
+  BT_CHECK(s.batch >= 1 && s.channels >= 1 && s.height >= 1 && s.width >= 1,
+           "batch_norm: batch {}, channels {} and size {}x{} must all be positive", s.batch, s.channels, s.height,
+           s.width);
+  BT_CHECK(std::isfinite(s.epsilon) && s.epsilon > 0.0f, "batch_norm: epsilon {} must be positive", s.epsilon);
+}
+
+// Checks every call's arguments against the spec, then runs the backend; shared by
+// every backend, so each implementation can assume well-formed arguments.
+class CheckedBatchNorm2d final : public BatchNorm2d {
+ public:
+  CheckedBatchNorm2d(Backend backend, const BatchNormSpec& spec, std::unique_ptr<BatchNorm2d> impl)
+      : backend_(backend), spec_(spec), impl_(std::move(impl)) {}
+
+  void forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y, Tensor& save_mean,
+                        Tensor& save_invstd, Tensor* running_mean, Tensor* running_var, float momentum) override {
+    // As PyTorch: a variance from one value per channel is meaningless (and the
+    // unbiased running variance would divide by zero).
+    BT_CHECK(spec_.batch * spec_.height * spec_.width > 1,
+             "batch_norm: training needs more than one value per channel, got input {}",
+             shape_str(spec_.input_shape()));
+    BT_CHECK(std::isfinite(momentum) && momentum >= 0.0f && momentum <= 1.0f,
+             "batch_norm: momentum {} must lie in [0, 1]", momentum);
+    BT_CHECK((running_mean == nullptr) == (running_var == nullptr),
+             "batch_norm: running_mean and running_var must be given together");
+    expect_data(x, "x");
+    expect_channel(gamma, "gamma");
+    expect_channel(beta, "beta");
+    expect_data(y, "y");
+    expect_channel(save_mean, "save_mean");
+    expect_channel(save_invstd, "save_invstd");
+    if (running_mean) expect_channel(*running_mean, "running_mean");
+    if (running_var) expect_channel(*running_var, "running_var");
+    impl_->forward_training(x, gamma, beta, y, save_mean, save_invstd, running_mean, running_var, momentum);
+  }
+  void forward_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
+                         const Tensor& running_var, Tensor& y) override {
+    expect_data(x, "x");
+    expect_channel(gamma, "gamma");
+    expect_channel(beta, "beta");
+    expect_channel(running_mean, "running_mean");
+    expect_channel(running_var, "running_var");
+    expect_data(y, "y");
+    impl_->forward_inference(x, gamma, beta, running_mean, running_var, y);
+  }
+  void backward_training(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& save_mean,
+                         const Tensor& save_invstd, Tensor& dx, Tensor& dgamma, Tensor& dbeta) override {
+    expect_data(x, "x");
+    expect_data(dy, "dy");
+    expect_channel(gamma, "gamma");
+    expect_channel(save_mean, "save_mean");
+    expect_channel(save_invstd, "save_invstd");
+    expect_data(dx, "dx");
+    expect_channel(dgamma, "dgamma");
+    expect_channel(dbeta, "dbeta");
+    impl_->backward_training(x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta);
+  }
+  void backward_inference(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& running_mean,
+                          const Tensor& running_var, Tensor& dx, Tensor& dgamma, Tensor& dbeta) override {
+    expect_data(x, "x");
+    expect_data(dy, "dy");
+    expect_channel(gamma, "gamma");
+    expect_channel(running_mean, "running_mean");
+    expect_channel(running_var, "running_var");
+    expect_data(dx, "dx");
+    expect_channel(dgamma, "dgamma");
+    expect_channel(dbeta, "dbeta");
+    impl_->backward_inference(x, dy, gamma, running_mean, running_var, dx, dgamma, dbeta);
+  }
+
+ private:
+  void expect(const Tensor& t, const Shape& shape, const char* name) const {
+    expect_tensor(t, shape, backend_, "batch_norm", name);
+    BT_CHECK(t.dtype() == DType::f32, "batch_norm: argument `{}` is {}, only float32 is implemented", name,
+             dtype_name(t.dtype()));
+  }
+  void expect_data(const Tensor& t, const char* name) const { expect(t, spec_.input_shape(), name); }
+  void expect_channel(const Tensor& t, const char* name) const { expect(t, spec_.channel_shape(), name); }
+
+  Backend backend_;
+  BatchNormSpec spec_;
+  std::unique_ptr<BatchNorm2d> impl_;
+};
+
+std::unique_ptr<BatchNorm2d> make_backend(Backend backend, const BatchNormSpec& spec) {
+  switch (backend) {
+    case Backend::reference: return reference::make_batch_norm(spec);
+    case Backend::cpu: return cpu::make_batch_norm(spec);
+    case Backend::cuda:
+#if defined(BIGTRAIN_CUDA_BATCH_NORM)
+      return cuda::make_batch_norm(spec);
+#elif defined(BIGTRAIN_HAVE_CUDA)
+      throw Error("batch_norm: the cuda backend has no batch_norm implementation yet (kernels/cuda/batch_norm.hpp is missing)");
+#else
+      throw Error("batch_norm: the cuda backend was requested, but this build has no CUDA backend");
+#endif
+  }
+  throw Error("batch_norm: unknown backend");
+}
+
+}  // namespace
+
+std::unique_ptr<BatchNorm2d> make_batch_norm(Backend backend, const BatchNormSpec& spec) {
+  validate(spec);
+  return std::make_unique<CheckedBatchNorm2d>(backend, spec, make_backend(backend, spec));
+}
+
+}  // namespace bigtrain::kernels
