@@ -26,17 +26,17 @@ void expect_state(const Tensor& tensor, const Shape& shape, Backend backend, con
 void sgd_update(Backend backend, const SgdHyper& hyper, bool first_step, Tensor& param, const Tensor& grad,
                 Tensor& momentum_buffer) {
   // The same rules torch.optim.SGD's constructor enforces.
-  BT_CHECK(hyper.lr >= 0.0f, "sgd_update: learning rate {} must be >= 0", hyper.lr);
-  BT_CHECK(hyper.momentum >= 0.0f, "sgd_update: momentum {} must be >= 0", hyper.momentum);
-  BT_CHECK(hyper.weight_decay >= 0.0f, "sgd_update: weight decay {} must be >= 0", hyper.weight_decay);
-  BT_CHECK(!hyper.nesterov || (hyper.momentum > 0.0f && hyper.dampening == 0.0f),
+  BT_CHECK(hyper.lr >= 0.0, "sgd_update: learning rate {} must be >= 0", hyper.lr);
+  BT_CHECK(hyper.momentum >= 0.0, "sgd_update: momentum {} must be >= 0", hyper.momentum);
+  BT_CHECK(hyper.weight_decay >= 0.0, "sgd_update: weight decay {} must be >= 0", hyper.weight_decay);
+  BT_CHECK(!hyper.nesterov || (hyper.momentum > 0.0 && hyper.dampening == 0.0),
            "sgd_update: Nesterov momentum requires momentum > 0 and zero dampening (momentum {}, dampening {})",
            hyper.momentum, hyper.dampening);
   BT_CHECK(param.defined(), "sgd_update: argument `param` is undefined");
   expect_state(param, param.shape(), backend, "sgd_update", "param");
   expect_state(grad, param.shape(), backend, "sgd_update", "grad");
   // Without momentum there is no buffer to keep, as in PyTorch.
-  if (hyper.momentum != 0.0f) expect_state(momentum_buffer, param.shape(), backend, "sgd_update", "momentum_buffer");
+  if (hyper.momentum != 0.0) expect_state(momentum_buffer, param.shape(), backend, "sgd_update", "momentum_buffer");
   switch (backend) {
     case Backend::reference: return reference::sgd_update(hyper, first_step, param, grad, momentum_buffer);
     case Backend::cpu: return cpu::sgd_update(hyper, first_step, param, grad, momentum_buffer);
@@ -47,11 +47,11 @@ void sgd_update(Backend backend, const SgdHyper& hyper, bool first_step, Tensor&
 void adamw_update(Backend backend, const AdamWHyper& hyper, std::int64_t step, Tensor& param, const Tensor& grad,
                   Tensor& exp_avg, Tensor& exp_avg_sq) {
   // The same rules torch.optim.AdamW's constructor enforces, plus the 1-based step.
-  BT_CHECK(hyper.lr >= 0.0f, "adamw_update: learning rate {} must be >= 0", hyper.lr);
-  BT_CHECK(hyper.epsilon >= 0.0f, "adamw_update: epsilon {} must be >= 0", hyper.epsilon);
-  BT_CHECK(hyper.beta1 >= 0.0f && hyper.beta1 < 1.0f && hyper.beta2 >= 0.0f && hyper.beta2 < 1.0f,
+  BT_CHECK(hyper.lr >= 0.0, "adamw_update: learning rate {} must be >= 0", hyper.lr);
+  BT_CHECK(hyper.epsilon >= 0.0, "adamw_update: epsilon {} must be >= 0", hyper.epsilon);
+  BT_CHECK(hyper.beta1 >= 0.0 && hyper.beta1 < 1.0 && hyper.beta2 >= 0.0 && hyper.beta2 < 1.0,
            "adamw_update: betas ({}, {}) must lie in [0, 1)", hyper.beta1, hyper.beta2);
-  BT_CHECK(hyper.weight_decay >= 0.0f, "adamw_update: weight decay {} must be >= 0", hyper.weight_decay);
+  BT_CHECK(hyper.weight_decay >= 0.0, "adamw_update: weight decay {} must be >= 0", hyper.weight_decay);
   BT_CHECK(step >= 1, "adamw_update: step {} must be >= 1 (it counts updates, starting at 1)", step);
   BT_CHECK(param.defined(), "adamw_update: argument `param` is undefined");
   expect_state(param, param.shape(), backend, "adamw_update", "param");

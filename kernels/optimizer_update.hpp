@@ -7,8 +7,11 @@
 
 namespace bigtrain::kernels {
 
+// Hyperparameters are double, as torch's Python floats: derived scalars such as
+// 1 - beta2 are formed in double and rounded to float once, as PyTorch does (from a
+// float 0.999f, 1 - beta2 would be off by 1.3e-5 relative and v would drift).
 struct SgdHyper {
-  float lr = 0.1f, momentum = 0.0f, dampening = 0.0f, weight_decay = 0.0f;
+  double lr = 0.1, momentum = 0.0, dampening = 0.0, weight_decay = 0.0;
   bool nesterov = false;
 };
 // torch.optim.SGD: g += wd * p; buf = momentum * buf + (1 - dampening) g (buf = g on
@@ -17,7 +20,7 @@ void sgd_update(Backend backend, const SgdHyper& hyper, bool first_step, Tensor&
                 Tensor& momentum_buffer);
 
 struct AdamWHyper {
-  float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, epsilon = 1e-8f, weight_decay = 1e-2f;
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, epsilon = 1e-8, weight_decay = 1e-2;
 };
 // torch.optim.AdamW: p *= 1 - lr * wd; m, v moments; bias correction with `step`
 // (1-based); p -= lr * m_hat / (sqrt(v_hat) + eps).

@@ -4,26 +4,26 @@
 
 namespace bigtrain::kernels::reference {
 
-// torch.optim.SGD's single-tensor step, element by element in double.
+// torch.optim.SGD's single-tensor step, element by element in double from the
+// stored float state.
 void sgd_update(const SgdHyper& hyper, bool first_step, Tensor& param, const Tensor& grad, Tensor& momentum_buffer) {
   float* p = param.f32();
   const float* dp = grad.f32();
-  float* buffers = hyper.momentum != 0.0f ? momentum_buffer.f32() : nullptr;
+  float* buffers = hyper.momentum != 0.0 ? momentum_buffer.f32() : nullptr;
   for (std::int64_t i = 0; i < param.numel(); ++i) {
-    double g = static_cast<double>(dp[i]) + static_cast<double>(hyper.weight_decay) * p[i];
+    double g = static_cast<double>(dp[i]) + hyper.weight_decay * p[i];
     if (buffers) {
-      float& buffer = buffers[i];
-      const double updated =
-          first_step ? g : static_cast<double>(hyper.momentum) * buffer + (1.0 - hyper.dampening) * g;
-      buffer = static_cast<float>(updated);
-      g = hyper.nesterov ? g + static_cast<double>(hyper.momentum) * updated : updated;
+      // The first step starts the buffer at the gradient (PyTorch clones it).
+      const double buffer = first_step ? g : hyper.momentum * buffers[i] + (1.0 - hyper.dampening) * g;
+      buffers[i] = static_cast<float>(buffer);
+      g = hyper.nesterov ? g + hyper.momentum * buffer : buffer;
     }
-    p[i] = static_cast<float>(p[i] - static_cast<double>(hyper.lr) * g);
+    p[i] = static_cast<float>(p[i] - hyper.lr * g);
   }
 }
 
 // torch.optim.AdamW's single-tensor step (decoupled weight decay first, then Adam
-// with bias correction), element by element in double.
+// with bias correction), element by element in double from the stored float state.
 void adamw_update(const AdamWHyper& hyper, std::int64_t step, Tensor& param, const Tensor& grad, Tensor& exp_avg,
                   Tensor& exp_avg_sq) {
   const double beta1 = hyper.beta1, beta2 = hyper.beta2, lr = hyper.lr;
