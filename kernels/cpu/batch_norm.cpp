@@ -35,6 +35,17 @@ void bind_scratchpad(const memory& target, std::size_t bytes, Tensor& owner) {
   target.set_data_handle(owner.raw_data());
 }
 
+// Primitives are built lazily inside calls; a oneDNN refusal becomes a bigtrain::Error naming the op.
+template <typename Build>
+void build_explained(const BatchNormSpec& spec, const char* what, Build&& build) {
+  try {
+    build();
+  } catch (const dnnl::error& e) {
+    throw Error(fmt::format("batch_norm (cpu): oneDNN cannot build the {} primitive for input {}: {}", what,
+                            shape_str(spec.input_shape()), e.what()));
+  }
+}
+
 class DnnlBatchNorm2d final : public BatchNorm2d {
  public:
   explicit DnnlBatchNorm2d(const BatchNormSpec& spec)
@@ -50,7 +61,7 @@ class DnnlBatchNorm2d final : public BatchNorm2d {
 
   void forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y, Tensor& save_mean,
                         Tensor& save_invstd, Tensor* running_mean, Tensor* running_var, float momentum) override {
-    if (!train_fwd_) build_training_forward();
+    if (!train_fwd_) build_explained(spec_, "training forward", [&] { build_training_forward(); });
     Tensor variance = Tensor::empty(spec_.channel_shape()), scratch;
     bind(src_, x), bind(scale_, gamma), bind(shift_, beta), bind(dst_, y), bind(mean_, save_mean);
     bind(variance_, variance);
@@ -78,7 +89,7 @@ class DnnlBatchNorm2d final : public BatchNorm2d {
 
   void forward_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
                          const Tensor& running_var, Tensor& y) override {
-    if (!infer_fwd_) build_inference_forward();
+    if (!infer_fwd_) build_explained(spec_, "inference forward", [&] { build_inference_forward(); });
     Tensor scratch;
     bind(src_, x), bind(scale_, gamma), bind(shift_, beta), bind(dst_, y);
     bind(mean_, running_mean), bind(variance_, running_var);
@@ -89,7 +100,7 @@ class DnnlBatchNorm2d final : public BatchNorm2d {
 
   void backward_training(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& save_mean,
                          const Tensor& save_invstd, Tensor& dx, Tensor& dgamma, Tensor& dbeta) override {
-    if (!train_bwd_) build_training_backward();
+    if (!train_bwd_) build_explained(spec_, "training backward", [&] { build_training_backward(); });
     // oneDNN takes the variance; invert the saved invstd in double. For var << eps the
     // subtraction cancels, but oneDNN adds eps straight back, recovering invstd to
     // float rounding, which is all that enters the gradient.
@@ -108,7 +119,7 @@ class DnnlBatchNorm2d final : public BatchNorm2d {
 
   void backward_inference(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& running_mean,
                           const Tensor& running_var, Tensor& dx, Tensor& dgamma, Tensor& dbeta) override {
-    if (!infer_bwd_) build_inference_backward();
+    if (!infer_bwd_) build_explained(spec_, "frozen backward", [&] { build_inference_backward(); });
     Tensor scratch;
     bind(src_, x), bind(diff_dst_, dy), bind(scale_, gamma), bind(shift_, gamma), bind(mean_, running_mean);
     bind(variance_, running_var);
@@ -194,7 +205,7 @@ class DnnlBatchNorm2d final : public BatchNorm2d {
 }  // namespace
 
 std::unique_ptr<BatchNorm2d> make_batch_norm(const BatchNormSpec& spec) {
-  return std::make_unique<DnnlBatchNorm2d>(spec);
+  return std::make_unique<DnnlBatchNorm2d>(spec);  // primitives are built on first use
 }
 
 }  // namespace bigtrain::kernels::cpu

@@ -1,0 +1,88 @@
+#include "kernels/linear.hpp"
+
+#include "kernels/core/error.hpp"
+#include "kernels/core/tensor_checks.hpp"
+#include "kernels/cpu/linear.hpp"
+#include "kernels/reference/linear.hpp"
+
+// The CUDA backend adds kernels/cuda/linear.hpp declaring cuda::make_linear(spec);
+// until it exists a CUDA build still compiles and asking for the op is an error.
+#if defined(BIGTRAIN_HAVE_CUDA) && __has_include("kernels/cuda/linear.hpp")
+#include "kernels/cuda/linear.hpp"
+#define BIGTRAIN_CUDA_LINEAR 1
+#endif
+
+namespace bigtrain::kernels {
+
+namespace {
+
+// Checks every call's arguments against the spec, then runs the backend.
+class CheckedLinear final : public Linear {
+ public:
+  CheckedLinear(Backend backend, const LinearSpec& spec, std::unique_ptr<Linear> impl)
+      : backend_(backend), spec_(spec), impl_(std::move(impl)) {}
+
+  void forward(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y) override {
+    expect(x, spec_.input_shape(), "x");
+    expect(weight, spec_.weight_shape(), "weight");
+    expect_bias(bias, "bias");
+    expect(y, spec_.output_shape(), "y");
+    impl_->forward(x, weight, bias, y);
+  }
+  void backward_data(const Tensor& dy, const Tensor& weight, Tensor& dx) override {
+    expect(dy, spec_.output_shape(), "dy");
+    expect(weight, spec_.weight_shape(), "weight");
+    expect(dx, spec_.input_shape(), "dx");
+    impl_->backward_data(dy, weight, dx);
+  }
+  void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dweight, Tensor* dbias) override {
+    expect(x, spec_.input_shape(), "x");
+    expect(dy, spec_.output_shape(), "dy");
+    expect(dweight, spec_.weight_shape(), "dweight");
+    expect_bias(dbias, "dbias");
+    impl_->backward_weights(x, dy, dweight, dbias);
+  }
+
+ private:
+  void expect(const Tensor& t, const Shape& shape, const char* name) const {
+    expect_tensor(t, shape, backend_, "linear", name);
+    BT_CHECK(t.dtype() == DType::f32, "linear: argument `{}` is {}, only float32 is implemented", name,
+             dtype_name(t.dtype()));
+  }
+  void expect_bias(const Tensor* bias, const char* name) const {
+    BT_CHECK((bias != nullptr) == spec_.bias, "linear: `{}` {} but the layer was created {}", name,
+             bias ? "was given" : "is missing", spec_.bias ? "with a bias" : "without a bias");
+    if (bias) expect(*bias, {spec_.out_features}, name);
+  }
+
+  Backend backend_;
+  LinearSpec spec_;
+  std::unique_ptr<Linear> impl_;
+};
+
+std::unique_ptr<Linear> make_backend(Backend backend, const LinearSpec& spec) {
+  switch (backend) {
+    case Backend::reference: return reference::make_linear(spec);
+    case Backend::cpu: return cpu::make_linear(spec);
+    case Backend::cuda:
+#if defined(BIGTRAIN_CUDA_LINEAR)
+      return cuda::make_linear(spec);
+#elif defined(BIGTRAIN_HAVE_CUDA)
+      throw Error("linear: the cuda backend has no linear implementation yet (kernels/cuda/linear.hpp is missing)");
+#else
+      throw Error("linear: the cuda backend was requested, but this build has no CUDA backend");
+#endif
+  }
+  throw Error("linear: unknown backend");
+}
+
+}  // namespace
+
+std::unique_ptr<Linear> make_linear(Backend backend, const LinearSpec& spec) {
+  BT_CHECK(spec.batch >= 1 && spec.in_features >= 1 && spec.out_features >= 1,
+           "linear: batch {}, in_features {} and out_features {} must all be positive", spec.batch,
+           spec.in_features, spec.out_features);
+  return std::make_unique<CheckedLinear>(backend, spec, make_backend(backend, spec));
+}
+
+}  // namespace bigtrain::kernels
