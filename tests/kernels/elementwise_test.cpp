@@ -127,7 +127,8 @@ TEST_P(ElementwiseBackend, ReductionsMatchReference) {
 TEST_P(ElementwiseBackend, DropoutMatchesReferenceBitForBit) {
   const Backend backend = GetParam();
   BT_SKIP_UNLESS_AVAILABLE(backend);
-  for (std::int64_t n : kSizes) {
+  // Up to 40001: past the parallel threshold, while the per-element reference stays quick.
+  for (std::int64_t n : {std::int64_t{1}, std::int64_t{7}, std::int64_t{1000}, std::int64_t{40001}}) {
     for (float p : {0.0f, 0.1f, 0.5f, 0.9f, 1.0f}) {
       // Offsets that are not multiples of 4 start mid Philox block.
       for (std::uint64_t offset : {std::uint64_t{0}, std::uint64_t{3}, (std::uint64_t{1} << 33) + 5}) {
