@@ -38,29 +38,42 @@ float cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor* c
   const float nll_coefficient = static_cast<float>((1.0 - smoothing) / target_weight_sum);
   const float smooth_coefficient = static_cast<float>(smoothing / static_cast<double>(classes) / target_weight_sum);
   const float total_weight = static_cast<float>(weight_total);
-  double loss = 0.0;
-#pragma omp parallel for schedule(static) reduction(+ : loss) if (rows * classes >= kParallelThreshold)
-  for (std::int64_t n = 0; n < rows; ++n) {
-    const float* z = all_logits + n * classes;
-    float* grad = grads + n * classes;
-    const std::int32_t target = labels[n];
-    const float target_weight = weights ? weights[target] : 1.0f;
-    float max_z = z[0];
-    for (std::int64_t c = 1; c < classes; ++c) max_z = std::max(max_z, z[c]);
-    float sum_exp = 0.0f;
-    for (std::int64_t c = 0; c < classes; ++c) sum_exp += std::exp(z[c] - max_z);
-    const float log_sum_exp = max_z + std::log(sum_exp);
-    float smooth = 0.0f;  // sum_c w[c] * -log p[n, c]
-    for (std::int64_t c = 0; c < classes; ++c) smooth += (weights ? weights[c] : 1.0f) * (log_sum_exp - z[c]);
-    loss += static_cast<double>(nll_coefficient) * target_weight * (log_sum_exp - z[target]) +
-            static_cast<double>(smooth_coefficient) * smooth;
-    for (std::int64_t c = 0; c < classes; ++c) {
-      const float p = std::exp(z[c] - log_sum_exp);
-      if (probs) probs[n * classes + c] = p;
-      grad[c] = nll_coefficient * target_weight * p + smooth_coefficient * (p * total_weight - (weights ? weights[c] : 1.0f));
+  // Rows in a fixed chunking with per-chunk loss sums added in chunk order: an
+  // OpenMP reduction would add them in thread arrival order and the loss could
+  // differ in the last bit between runs.
+  constexpr std::int64_t kMaxChunks = 64;
+  const std::int64_t chunk_rows = (rows + kMaxChunks - 1) / kMaxChunks;
+  const std::int64_t chunks = (rows + chunk_rows - 1) / chunk_rows;
+  double partial[kMaxChunks] = {};
+#pragma omp parallel for schedule(static) if (rows * classes >= kParallelThreshold)
+  for (std::int64_t chunk = 0; chunk < chunks; ++chunk) {
+    double chunk_loss = 0.0;
+    for (std::int64_t n = chunk * chunk_rows; n < std::min(rows, (chunk + 1) * chunk_rows); ++n) {
+      const float* z = all_logits + n * classes;
+      float* grad = grads + n * classes;
+      const std::int32_t target = labels[n];
+      const float target_weight = weights ? weights[target] : 1.0f;
+      float max_z = z[0];
+      for (std::int64_t c = 1; c < classes; ++c) max_z = std::max(max_z, z[c]);
+      float sum_exp = 0.0f;
+      for (std::int64_t c = 0; c < classes; ++c) sum_exp += std::exp(z[c] - max_z);
+      const float log_sum_exp = max_z + std::log(sum_exp);
+      float smooth = 0.0f;  // sum_c w[c] * -log p[n, c]
+      for (std::int64_t c = 0; c < classes; ++c) smooth += (weights ? weights[c] : 1.0f) * (log_sum_exp - z[c]);
+      chunk_loss += static_cast<double>(nll_coefficient) * target_weight * (log_sum_exp - z[target]) +
+                    static_cast<double>(smooth_coefficient) * smooth;
+      for (std::int64_t c = 0; c < classes; ++c) {
+        const float p = std::exp(z[c] - log_sum_exp);
+        if (probs) probs[n * classes + c] = p;
+        grad[c] = nll_coefficient * target_weight * p +
+                  smooth_coefficient * (p * total_weight - (weights ? weights[c] : 1.0f));
+      }
+      grad[target] -= nll_coefficient * target_weight;
     }
-    grad[target] -= nll_coefficient * target_weight;
+    partial[chunk] = chunk_loss;
   }
+  double loss = 0.0;
+  for (std::int64_t chunk = 0; chunk < chunks; ++chunk) loss += partial[chunk];
   return static_cast<float>(loss);
 }
 

@@ -56,9 +56,24 @@ void scale(float alpha, Tensor& x) {
 double sum_of_squares(const Tensor& x) {
   const float* values = x.data<float>();
   const std::int64_t n = x.numel();
+  // An OpenMP reduction adds the threads' partial sums in arrival order, so the
+  // result could differ in the last bit from run to run (and with it a clipped
+  // gradient). Partial sums over a fixed chunking, added in chunk order, are the
+  // same bits for any thread count and timing.
+  constexpr std::int64_t kMaxChunks = 64;
+  const std::int64_t chunk = std::max<std::int64_t>(4096, (n + kMaxChunks - 1) / kMaxChunks);
+  const std::int64_t chunks = (n + chunk - 1) / chunk;
+  double partial[kMaxChunks] = {};
+#pragma omp parallel for schedule(static) if (n >= kParallelThreshold)
+  for (std::int64_t c = 0; c < chunks; ++c) {
+    const std::int64_t end = std::min(n, (c + 1) * chunk);
+    double sum = 0.0;
+#pragma omp simd reduction(+ : sum)
+    for (std::int64_t i = c * chunk; i < end; ++i) sum += static_cast<double>(values[i]) * values[i];
+    partial[c] = sum;
+  }
   double total = 0.0;
-#pragma omp parallel for simd schedule(static) reduction(+ : total) if (n >= kParallelThreshold)
-  for (std::int64_t i = 0; i < n; ++i) total += static_cast<double>(values[i]) * values[i];
+  for (std::int64_t c = 0; c < chunks; ++c) total += partial[c];
   return total;
 }
 

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include <omp.h>
+
 #include "kernels/core/error.hpp"
 #include "kernels/cross_entropy.hpp"
 #include "tests/net/optimizer_torch_oracle.hpp"
@@ -191,6 +193,24 @@ TEST(CrossEntropyTorch, ReferenceAndCpuMatchTorch) {
     }
   }
   EXPECT_EQ(next, results.size());
+}
+
+// The loss sums rows in parallel; it must be the same bits for any thread count,
+// so a run's logged losses reproduce exactly.
+TEST(CrossEntropyCpu, LossIsTheSameBitsForAnyThreadCount) {
+  const Case c{4096, 40, true, 0.1f, 3.0f};
+  const Inputs in = make_inputs(c, 91);
+  Tensor grad = Tensor::empty(in.logits.shape());
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const float serial = cross_entropy(Backend::cpu, in.logits, in.targets, &in.weights, {c.smoothing}, grad);
+  const std::vector<float> serial_grad = grad.to_vector();
+  for (int count : {2, 3, 4}) {
+    omp_set_num_threads(count);
+    EXPECT_EQ(cross_entropy(Backend::cpu, in.logits, in.targets, &in.weights, {c.smoothing}, grad), serial) << count;
+    EXPECT_EQ(grad.to_vector(), serial_grad) << count;
+  }
+  omp_set_num_threads(threads);
 }
 
 TEST(CrossEntropyValidation, BadArgumentsAreClearErrors) {

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <limits>
 
+#include <omp.h>
+
 #include "kernels/core/error.hpp"
 #include "kernels/core/philox.hpp"
 #include "kernels/elementwise.hpp"
@@ -244,6 +246,21 @@ TEST(ElementwiseReference, GradientsMatchFiniteDifferences) {
   };
   EXPECT_TRUE(
       testing::check_gradients(dropout_loss, inputs, {testing::to_doubles(dx)}, options, {"x"}, "dropout").ok);
+}
+
+// Training is bit-reproducible on the CPU only if reductions do not depend on how
+// many threads ran or in which order they finished (sum_of_squares feeds gradient
+// clipping).
+TEST(ElementwiseCpu, SumOfSquaresIsTheSameBitsForAnyThreadCount) {
+  const Tensor x = random_tensor({1 << 20}, 71, -3.0f, 3.0f);
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const double serial = sum_of_squares(Backend::cpu, x);
+  for (int count : {2, 3, 4}) {
+    omp_set_num_threads(count);
+    for (int repeat = 0; repeat < 3; ++repeat) EXPECT_EQ(sum_of_squares(Backend::cpu, x), serial) << count;
+  }
+  omp_set_num_threads(threads);
 }
 
 TEST(ElementwiseValidation, BadArgumentsAreClearErrors) {
