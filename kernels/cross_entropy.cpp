@@ -5,6 +5,10 @@
 #include "kernels/cpu/cross_entropy.hpp"
 #include "kernels/reference/cross_entropy.hpp"
 
+#ifdef BIGTRAIN_HAVE_CUDA
+#include "kernels/cuda/cross_entropy.hpp"
+#endif
+
 namespace bigtrain::kernels {
 namespace {
 
@@ -42,9 +46,11 @@ float cross_entropy(Backend backend, const Tensor& logits, const Tensor& targets
       return reference::cross_entropy(logits, targets, class_weights, options, dlogits, probabilities);
     case Backend::cpu: return cpu::cross_entropy(logits, targets, class_weights, options, dlogits, probabilities);
     case Backend::cuda:
-      // Issue 6 slots kernels/cuda/cross_entropy.cu in here, under BIGTRAIN_HAVE_CUDA.
-      throw Error(cuda_compiled() ? "cross_entropy: the CUDA backend has no cross-entropy kernel yet"
-                                  : "cross_entropy: this build has no CUDA backend");
+#ifdef BIGTRAIN_HAVE_CUDA
+      return cuda::cross_entropy(logits, targets, class_weights, options, dlogits, probabilities);
+#else
+      throw Error("cross_entropy: this build has no CUDA backend");
+#endif
   }
   return 0.0f;
 }

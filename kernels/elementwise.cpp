@@ -5,6 +5,14 @@
 #include "kernels/cpu/elementwise.hpp"
 #include "kernels/reference/elementwise.hpp"
 
+#ifdef BIGTRAIN_HAVE_CUDA
+#include "kernels/cuda/elementwise.hpp"
+// The CUDA backend runs the op; without it, asking for it is an error.
+#define BT_ON_CUDA(op, call) return call
+#else
+#define BT_ON_CUDA(op, call) no_cuda_elementwise(op)
+#endif
+
 namespace bigtrain::kernels {
 namespace {
 
@@ -21,12 +29,11 @@ void expect_first(const Tensor& tensor, Backend backend, const char* op, const c
   expect_operand(tensor, tensor.shape(), DType::f32, backend, op, argument);
 }
 
+#ifndef BIGTRAIN_HAVE_CUDA
 [[noreturn]] void no_cuda_elementwise(const char* op) {
-  // Issue 6 slots kernels/cuda/elementwise.cu in here, under BIGTRAIN_HAVE_CUDA.
-  throw Error(fmt::format("{}: {}", op,
-                          cuda_compiled() ? "the CUDA backend has no element-wise kernels yet"
-                                          : "this build has no CUDA backend"));
+  throw Error(fmt::format("{}: this build has no CUDA backend", op));
 }
+#endif
 
 void expect_probability(float p, const char* op) {
   BT_CHECK(p >= 0.0f && p <= 1.0f, "{}: drop probability {} must lie in [0, 1]", op, p);
@@ -40,7 +47,7 @@ void relu_forward(Backend backend, const Tensor& x, Tensor& y) {
   switch (backend) {
     case Backend::reference: return reference::relu_forward(x, y);
     case Backend::cpu: return cpu::relu_forward(x, y);
-    case Backend::cuda: no_cuda_elementwise("relu_forward");
+    case Backend::cuda: BT_ON_CUDA("relu_forward", cuda::relu_forward(x, y));
   }
 }
 
@@ -51,7 +58,7 @@ void relu_backward(Backend backend, const Tensor& y, const Tensor& dy, Tensor& d
   switch (backend) {
     case Backend::reference: return reference::relu_backward(y, dy, dx);
     case Backend::cpu: return cpu::relu_backward(y, dy, dx);
-    case Backend::cuda: no_cuda_elementwise("relu_backward");
+    case Backend::cuda: BT_ON_CUDA("relu_backward", cuda::relu_backward(y, dy, dx));
   }
 }
 
@@ -62,7 +69,7 @@ void add(Backend backend, const Tensor& a, const Tensor& b, Tensor& out) {
   switch (backend) {
     case Backend::reference: return reference::add(a, b, out);
     case Backend::cpu: return cpu::add(a, b, out);
-    case Backend::cuda: no_cuda_elementwise("add");
+    case Backend::cuda: BT_ON_CUDA("add", cuda::add(a, b, out));
   }
 }
 
@@ -72,7 +79,7 @@ void axpy(Backend backend, float alpha, const Tensor& x, Tensor& y) {
   switch (backend) {
     case Backend::reference: return reference::axpy(alpha, x, y);
     case Backend::cpu: return cpu::axpy(alpha, x, y);
-    case Backend::cuda: no_cuda_elementwise("axpy");
+    case Backend::cuda: BT_ON_CUDA("axpy", cuda::axpy(alpha, x, y));
   }
 }
 
@@ -81,7 +88,7 @@ void scale(Backend backend, float alpha, Tensor& x) {
   switch (backend) {
     case Backend::reference: return reference::scale(alpha, x);
     case Backend::cpu: return cpu::scale(alpha, x);
-    case Backend::cuda: no_cuda_elementwise("scale");
+    case Backend::cuda: BT_ON_CUDA("scale", cuda::scale(alpha, x));
   }
 }
 
@@ -90,7 +97,7 @@ double sum_of_squares(Backend backend, const Tensor& x) {
   switch (backend) {
     case Backend::reference: return reference::sum_of_squares(x);
     case Backend::cpu: return cpu::sum_of_squares(x);
-    case Backend::cuda: no_cuda_elementwise("sum_of_squares");
+    case Backend::cuda: BT_ON_CUDA("sum_of_squares", cuda::sum_of_squares(x));
   }
   return 0.0;
 }
@@ -100,7 +107,7 @@ bool all_finite(Backend backend, const Tensor& x) {
   switch (backend) {
     case Backend::reference: return reference::all_finite(x);
     case Backend::cpu: return cpu::all_finite(x);
-    case Backend::cuda: no_cuda_elementwise("all_finite");
+    case Backend::cuda: BT_ON_CUDA("all_finite", cuda::all_finite(x));
   }
   return false;
 }
@@ -114,7 +121,7 @@ void dropout_forward(Backend backend, const Tensor& x, float p, std::uint64_t se
   switch (backend) {
     case Backend::reference: return reference::dropout_forward(x, p, seed, offset, y, mask);
     case Backend::cpu: return cpu::dropout_forward(x, p, seed, offset, y, mask);
-    case Backend::cuda: no_cuda_elementwise("dropout_forward");
+    case Backend::cuda: BT_ON_CUDA("dropout_forward", cuda::dropout_forward(x, p, seed, offset, y, mask));
   }
 }
 
@@ -126,8 +133,10 @@ void dropout_backward(Backend backend, const Tensor& dy, const Tensor& mask, flo
   switch (backend) {
     case Backend::reference: return reference::dropout_backward(dy, mask, p, dx);
     case Backend::cpu: return cpu::dropout_backward(dy, mask, p, dx);
-    case Backend::cuda: no_cuda_elementwise("dropout_backward");
+    case Backend::cuda: BT_ON_CUDA("dropout_backward", cuda::dropout_backward(dy, mask, p, dx));
   }
 }
+
+#undef BT_ON_CUDA
 
 }  // namespace bigtrain::kernels

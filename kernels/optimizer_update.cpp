@@ -5,6 +5,10 @@
 #include "kernels/cpu/optimizer_update.hpp"
 #include "kernels/reference/optimizer_update.hpp"
 
+#ifdef BIGTRAIN_HAVE_CUDA
+#include "kernels/cuda/optimizer_update.hpp"
+#endif
+
 namespace bigtrain::kernels {
 namespace {
 
@@ -14,12 +18,11 @@ void expect_state(const Tensor& tensor, const Shape& shape, Backend backend, con
            dtype_name(tensor.dtype()));
 }
 
+#ifndef BIGTRAIN_HAVE_CUDA
 [[noreturn]] void no_cuda_optimizer(const char* op) {
-  // Issue 6 slots kernels/cuda/optimizer_update.cu in here, under BIGTRAIN_HAVE_CUDA.
-  throw Error(fmt::format("{}: {}", op,
-                          cuda_compiled() ? "the CUDA backend has no optimizer kernels yet"
-                                          : "this build has no CUDA backend"));
+  throw Error(fmt::format("{}: this build has no CUDA backend", op));
 }
+#endif
 
 }  // namespace
 
@@ -40,7 +43,12 @@ void sgd_update(Backend backend, const SgdHyper& hyper, bool first_step, Tensor&
   switch (backend) {
     case Backend::reference: return reference::sgd_update(hyper, first_step, param, grad, momentum_buffer);
     case Backend::cpu: return cpu::sgd_update(hyper, first_step, param, grad, momentum_buffer);
-    case Backend::cuda: no_cuda_optimizer("sgd_update");
+    case Backend::cuda:
+#ifdef BIGTRAIN_HAVE_CUDA
+      return cuda::sgd_update(hyper, first_step, param, grad, momentum_buffer);
+#else
+      no_cuda_optimizer("sgd_update");
+#endif
   }
 }
 
@@ -61,7 +69,12 @@ void adamw_update(Backend backend, const AdamWHyper& hyper, std::int64_t step, T
   switch (backend) {
     case Backend::reference: return reference::adamw_update(hyper, step, param, grad, exp_avg, exp_avg_sq);
     case Backend::cpu: return cpu::adamw_update(hyper, step, param, grad, exp_avg, exp_avg_sq);
-    case Backend::cuda: no_cuda_optimizer("adamw_update");
+    case Backend::cuda:
+#ifdef BIGTRAIN_HAVE_CUDA
+      return cuda::adamw_update(hyper, step, param, grad, exp_avg, exp_avg_sq);
+#else
+      no_cuda_optimizer("adamw_update");
+#endif
   }
 }
 

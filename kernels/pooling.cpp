@@ -5,6 +5,10 @@
 #include "kernels/cpu/pooling.hpp"
 #include "kernels/reference/pooling.hpp"
 
+#ifdef BIGTRAIN_HAVE_CUDA
+#include "kernels/cuda/pooling.hpp"
+#endif
+
 namespace bigtrain::kernels {
 namespace {
 
@@ -72,11 +76,9 @@ void expect_global_pool_shapes(Backend backend, const Tensor& nchw, const Tensor
   expect_f32(nc, op, "[N,C] tensor");
 }
 
-[[noreturn]] void no_cuda_pooling() {
-  // Issue 6 slots kernels/cuda/pooling.cpp in here, under BIGTRAIN_HAVE_CUDA.
-  throw Error(cuda_compiled() ? "pooling: the CUDA backend has no pooling kernels yet"
-                              : "pooling: this build has no CUDA backend");
-}
+#ifndef BIGTRAIN_HAVE_CUDA
+[[noreturn]] void no_cuda_pooling() { throw Error("pooling: this build has no CUDA backend"); }
+#endif
 
 }  // namespace
 
@@ -86,7 +88,13 @@ std::unique_ptr<Pool2d> make_pool2d(Backend backend, const Pool2dSpec& spec) {
   switch (backend) {
     case Backend::reference: inner = reference::make_pool2d(spec); break;
     case Backend::cpu: inner = cpu::make_pool2d(spec); break;
-    case Backend::cuda: no_cuda_pooling();
+    case Backend::cuda:
+#ifdef BIGTRAIN_HAVE_CUDA
+      inner = cuda::make_pool2d(spec);
+      break;
+#else
+      no_cuda_pooling();
+#endif
   }
   return std::make_unique<CheckedPool2d>(backend, spec, std::move(inner));
 }
@@ -96,7 +104,12 @@ void global_avg_pool_forward(Backend backend, const Tensor& x, Tensor& y) {
   switch (backend) {
     case Backend::reference: return reference::global_avg_pool_forward(x, y);
     case Backend::cpu: return cpu::global_avg_pool_forward(x, y);
-    case Backend::cuda: no_cuda_pooling();
+    case Backend::cuda:
+#ifdef BIGTRAIN_HAVE_CUDA
+      return cuda::global_avg_pool_forward(x, y);
+#else
+      no_cuda_pooling();
+#endif
   }
 }
 
@@ -105,7 +118,12 @@ void global_avg_pool_backward(Backend backend, const Tensor& dy, Tensor& dx) {
   switch (backend) {
     case Backend::reference: return reference::global_avg_pool_backward(dy, dx);
     case Backend::cpu: return cpu::global_avg_pool_backward(dy, dx);
-    case Backend::cuda: no_cuda_pooling();
+    case Backend::cuda:
+#ifdef BIGTRAIN_HAVE_CUDA
+      return cuda::global_avg_pool_backward(dy, dx);
+#else
+      no_cuda_pooling();
+#endif
   }
 }
 

@@ -1,0 +1,195 @@
+#include "kernels/cuda/conv2d.hpp"
+
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "kernels/core/error.hpp"
+#include "kernels/cuda/context.hpp"
+#include "kernels/cuda/cudnn_descriptors.hpp"
+
+namespace bigtrain::kernels::cuda {
+namespace {
+
+using ::bigtrain::cuda::checked_int;
+using ::bigtrain::cuda::Context;
+using ::bigtrain::cuda::ConvolutionDescriptor;
+using ::bigtrain::cuda::FilterDescriptor;
+using ::bigtrain::cuda::nchw_f32;
+using ::bigtrain::cuda::TensorDescriptor;
+
+std::string describe(const Conv2dSpec& s) {
+  return fmt::format("conv2d {}->{} kernel {}x{} stride {}x{} pad {}x{} dilation {}x{} groups {} on {}",
+                     s.in_channels, s.out_channels, s.kernel_h, s.kernel_w, s.stride_h, s.stride_w, s.pad_h, s.pad_w,
+                     s.dilation_h, s.dilation_w, s.groups, shape_str(s.input_shape()));
+}
+
+template <typename Algo>
+struct Choice {
+  Algo algo{};
+  std::size_t workspace = 0;
+};
+
+// Picks from cuDNN's heuristic ranking (fastest first) the first algorithm that
+// runs in plain float32 (no tensor-op math: TF32 would round the inputs to 10-bit
+// mantissas), fits the workspace limit, and, when one such exists, is
+// deterministic, so a training run on the GPU repeats bit for bit. `workspace_of`
+// asks cuDNN for the algorithm's exact size and refuses algorithms the descriptor
+// combination does not support.
+template <typename Perf, typename Algo, typename WorkspaceOf>
+Choice<Algo> choose(const std::vector<Perf>& ranked, std::size_t limit, WorkspaceOf&& workspace_of,
+                    const Conv2dSpec& spec, const char* pass) {
+  for (const bool need_deterministic : {true, false}) {
+    for (const Perf& perf : ranked) {
+      if (perf.status != CUDNN_STATUS_SUCCESS) continue;
+      if (perf.mathType == CUDNN_TENSOR_OP_MATH || perf.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) continue;
+      if (need_deterministic && perf.determinism != CUDNN_DETERMINISTIC) continue;
+      std::size_t bytes = 0;
+      if (!workspace_of(perf.algo, bytes) || bytes > limit) continue;
+      return {perf.algo, bytes};
+    }
+  }
+  throw Error(fmt::format("{}: cuDNN offers no float32 {} algorithm within the workspace limit of {} MiB",
+                          describe(spec), pass, limit >> 20));
+}
+
+const float kOne = 1.0f, kZero = 0.0f;
+
+class CudnnConv2d final : public Conv2d {
+ public:
+  explicit CudnnConv2d(const Conv2dSpec& spec)
+      : spec_(spec),
+        context_(Context::of_backend("conv2d")),
+        x_desc_(nchw_f32(spec.batch, spec.in_channels, spec.in_h, spec.in_w, "conv2d")),
+        y_desc_(nchw_f32(spec.batch, spec.out_channels, spec.out_h(), spec.out_w(), "conv2d")),
+        bias_desc_(nchw_f32(1, spec.out_channels, 1, 1, "conv2d")) {
+    BT_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w_desc_.get(), CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW,
+                                              checked_int(spec.out_channels, "conv2d", "out_channels"),
+                                              checked_int(spec.in_channels / spec.groups, "conv2d", "in_channels"),
+                                              spec.kernel_h, spec.kernel_w));
+    BT_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(conv_desc_.get(), spec.pad_h, spec.pad_w, spec.stride_h,
+                                                   spec.stride_w, spec.dilation_h, spec.dilation_w,
+                                                   CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    BT_CUDNN_CHECK(cudnnSetConvolutionGroupCount(conv_desc_.get(), spec.groups));
+    // Plain FMA math: cuDNN's default would let float32 convolutions run as TF32.
+    BT_CUDNN_CHECK(cudnnSetConvolutionMathType(conv_desc_.get(), CUDNN_FMA_MATH));
+    check_output_shape();
+    choose_algorithms();
+  }
+
+  void forward(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y) override {
+    context_.activate();
+    void* workspace = context_.workspace(forward_.workspace);
+    BT_CUDNN_CHECK(cudnnConvolutionForward(context_.cudnn(), &kOne, x_desc_.get(), x.raw_data(), w_desc_.get(),
+                                           weight.raw_data(), conv_desc_.get(), forward_.algo, workspace,
+                                           forward_.workspace, &kZero, y_desc_.get(), y.raw_data()));
+    if (bias != nullptr) {
+      // y += bias broadcast over N, H, W.
+      BT_CUDNN_CHECK(cudnnAddTensor(context_.cudnn(), &kOne, bias_desc_.get(), bias->raw_data(), &kOne,
+                                    y_desc_.get(), y.raw_data()));
+    }
+  }
+
+  void backward_data(const Tensor& dy, const Tensor& weight, Tensor& dx) override {
+    context_.activate();
+    void* workspace = context_.workspace(backward_data_.workspace);
+    BT_CUDNN_CHECK(cudnnConvolutionBackwardData(context_.cudnn(), &kOne, w_desc_.get(), weight.raw_data(),
+                                                y_desc_.get(), dy.raw_data(), conv_desc_.get(), backward_data_.algo,
+                                                workspace, backward_data_.workspace, &kZero, x_desc_.get(),
+                                                dx.raw_data()));
+  }
+
+  void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dweight, Tensor* dbias) override {
+    context_.activate();
+    void* workspace = context_.workspace(backward_filter_.workspace);
+    BT_CUDNN_CHECK(cudnnConvolutionBackwardFilter(context_.cudnn(), &kOne, x_desc_.get(), x.raw_data(),
+                                                  y_desc_.get(), dy.raw_data(), conv_desc_.get(),
+                                                  backward_filter_.algo, workspace, backward_filter_.workspace,
+                                                  &kZero, w_desc_.get(), dweight.raw_data()));
+    if (dbias != nullptr) {
+      BT_CUDNN_CHECK(cudnnConvolutionBackwardBias(context_.cudnn(), &kOne, y_desc_.get(), dy.raw_data(), &kZero,
+                                                  bias_desc_.get(), dbias->raw_data()));
+    }
+  }
+
+ private:
+  // cuDNN's own output size must be the spec's (PyTorch's) formula; a mismatch
+  // would mean the descriptors say something else than the spec.
+  void check_output_shape() const {
+    int n = 0, c = 0, h = 0, w = 0;
+    BT_CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(conv_desc_.get(), x_desc_.get(), w_desc_.get(), &n, &c, &h,
+                                                         &w));
+    BT_CHECK(n == spec_.batch && c == spec_.out_channels && h == spec_.out_h() && w == spec_.out_w(),
+             "{}: cuDNN computes output [{},{},{},{}], the spec {}", describe(spec_), n, c, h, w,
+             shape_str(spec_.output_shape()));
+  }
+
+  void choose_algorithms() {
+    cudnnHandle_t handle = context_.cudnn();
+    const std::size_t limit = context_.workspace_limit();
+    {
+      int max_count = 0, count = 0;
+      BT_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(handle, &max_count));
+      std::vector<cudnnConvolutionFwdAlgoPerf_t> ranked(static_cast<std::size_t>(max_count));
+      BT_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(handle, x_desc_.get(), w_desc_.get(), conv_desc_.get(),
+                                                            y_desc_.get(), max_count, &count, ranked.data()));
+      ranked.resize(static_cast<std::size_t>(count));
+      forward_ = choose<cudnnConvolutionFwdAlgoPerf_t, cudnnConvolutionFwdAlgo_t>(
+          ranked, limit,
+          [&](cudnnConvolutionFwdAlgo_t algo, std::size_t& bytes) {
+            return cudnnGetConvolutionForwardWorkspaceSize(handle, x_desc_.get(), w_desc_.get(), conv_desc_.get(),
+                                                           y_desc_.get(), algo, &bytes) == CUDNN_STATUS_SUCCESS;
+          },
+          spec_, "forward");
+    }
+    {
+      int max_count = 0, count = 0;
+      BT_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(handle, &max_count));
+      std::vector<cudnnConvolutionBwdDataAlgoPerf_t> ranked(static_cast<std::size_t>(max_count));
+      BT_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, w_desc_.get(), y_desc_.get(),
+                                                                 conv_desc_.get(), x_desc_.get(), max_count, &count,
+                                                                 ranked.data()));
+      ranked.resize(static_cast<std::size_t>(count));
+      backward_data_ = choose<cudnnConvolutionBwdDataAlgoPerf_t, cudnnConvolutionBwdDataAlgo_t>(
+          ranked, limit,
+          [&](cudnnConvolutionBwdDataAlgo_t algo, std::size_t& bytes) {
+            return cudnnGetConvolutionBackwardDataWorkspaceSize(handle, w_desc_.get(), y_desc_.get(),
+                                                                conv_desc_.get(), x_desc_.get(), algo,
+                                                                &bytes) == CUDNN_STATUS_SUCCESS;
+          },
+          spec_, "backward-data");
+    }
+    {
+      int max_count = 0, count = 0;
+      BT_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(handle, &max_count));
+      std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> ranked(static_cast<std::size_t>(max_count));
+      BT_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, x_desc_.get(), y_desc_.get(),
+                                                                   conv_desc_.get(), w_desc_.get(), max_count,
+                                                                   &count, ranked.data()));
+      ranked.resize(static_cast<std::size_t>(count));
+      backward_filter_ = choose<cudnnConvolutionBwdFilterAlgoPerf_t, cudnnConvolutionBwdFilterAlgo_t>(
+          ranked, limit,
+          [&](cudnnConvolutionBwdFilterAlgo_t algo, std::size_t& bytes) {
+            return cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, x_desc_.get(), y_desc_.get(),
+                                                                  conv_desc_.get(), w_desc_.get(), algo,
+                                                                  &bytes) == CUDNN_STATUS_SUCCESS;
+          },
+          spec_, "backward-filter");
+    }
+  }
+
+  Conv2dSpec spec_;
+  Context& context_;
+  TensorDescriptor x_desc_, y_desc_, bias_desc_;
+  FilterDescriptor w_desc_;
+  ConvolutionDescriptor conv_desc_;
+  Choice<cudnnConvolutionFwdAlgo_t> forward_;
+  Choice<cudnnConvolutionBwdDataAlgo_t> backward_data_;
+  Choice<cudnnConvolutionBwdFilterAlgo_t> backward_filter_;
+};
+
+}  // namespace
+
+std::unique_ptr<Conv2d> make_conv2d(const Conv2dSpec& spec) { return std::make_unique<CudnnConv2d>(spec); }
+
+}  // namespace bigtrain::kernels::cuda
