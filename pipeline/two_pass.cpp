@@ -1,0 +1,116 @@
+#include "pipeline/two_pass.hpp"
+
+#include "kernels/core/error.hpp"
+#include "kernels/cross_entropy.hpp"
+#include "kernels/elementwise.hpp"
+
+namespace bigtrain {
+
+std::vector<net::Parameter*> ImageModel::parameters() const {
+  std::vector<net::Parameter*> all = encoder->parameters();
+  for (net::Parameter* p : aggregator->parameters()) all.push_back(p);
+  for (net::Parameter* p : head->parameters()) all.push_back(p);
+  return all;
+}
+
+void ImageModel::zero_grad() const {
+  for (net::Parameter* p : parameters()) p->zero_grad();
+}
+
+TwoPassStep::TwoPassStep(const ImageModel& model, const TwoPassOptions& options) : model_(model), options_(options) {
+  BT_CHECK(model.encoder && model.aggregator && model.head, "two-pass step: encoder, aggregator and head are required");
+  BT_CHECK(model.encoder->feature_dim() == model.aggregator->features() &&
+               model.aggregator->features() == model.head->in_features(),
+           "two-pass step: the encoder emits {} features, the aggregator takes {}, the head {}",
+           model.encoder->feature_dim(), model.aggregator->features(), model.head->in_features());
+}
+
+net::ForwardContext TwoPassStep::encoder_context(bool keep_activations, bool update_running_stats) const {
+  net::ForwardContext ctx;
+  ctx.backend = options_.backend;
+  ctx.training = true;
+  ctx.keep_activations = keep_activations;
+  ctx.freeze_bn = options_.freeze_bn;
+  ctx.update_bn_running_stats = update_running_stats && !options_.freeze_bn;
+  return ctx;
+}
+
+void TwoPassStep::begin_image(std::int64_t tiles, int label, std::uint64_t dropout_seed) {
+  BT_CHECK(tiles > 0, "two-pass step: an image needs at least one tile");
+  // A fresh H per image, the old one released first so two never coexist: the
+  // caching allocator hands the same block back when the tile count repeats.
+  end_image();
+  h_ = Tensor::zeros({tiles, model_.encoder->feature_dim()}, DType::f32, backend_device(options_.backend));
+  label_ = label;
+  dropout_seed_ = dropout_seed;
+  rows_filled_ = 0;
+}
+
+void TwoPassStep::end_image() {
+  h_ = Tensor();
+  dh_ = Tensor();
+  rows_filled_ = 0;
+}
+
+void TwoPassStep::store_rows(const Tensor& features, std::int64_t first_tile) {
+  const std::int64_t rows = features.dim(0);
+  BT_CHECK(first_tile >= 0 && first_tile + rows <= h_.dim(0), "two-pass step: rows [{}, {}) outside the image's {} tiles",
+           first_tile, first_tile + rows, h_.dim(0));
+  Tensor target = h_.slice_rows(first_tile, first_tile + rows);
+  target.copy_from(features);
+  rows_filled_ += rows;
+}
+
+void TwoPassStep::pass1_batch(const Tensor& x, std::int64_t first_tile) {
+  store_rows(model_.encoder->forward(x, encoder_context(false, true)), first_tile);
+}
+
+ImageOutcome TwoPassStep::head_forward(bool training, float loss_scale) {
+  BT_CHECK(h_.defined() && rows_filled_ == h_.dim(0), "two-pass step: {} of {} tile features computed before the head",
+           rows_filled_, h_.defined() ? h_.dim(0) : 0);
+  net::ForwardContext ctx;
+  ctx.backend = options_.backend;
+  ctx.training = training;
+  ctx.keep_activations = training;
+  ctx.dropout_seed = dropout_seed_;
+  Tensor z = model_.aggregator->forward(h_, ctx);
+  Tensor logits = model_.head->forward(z, ctx);
+  const Device device = backend_device(options_.backend);
+  Tensor targets = Tensor::empty({1}, DType::i32);
+  targets.data<std::int32_t>()[0] = label_;
+  targets = targets.to(device);
+  Tensor dlogits = Tensor::empty(logits.shape(), DType::f32, device);
+  Tensor probabilities = Tensor::empty(logits.shape(), DType::f32, device);
+  kernels::CrossEntropyOptions ce;
+  ce.label_smoothing = options_.label_smoothing;
+  ImageOutcome outcome;
+  outcome.loss = kernels::cross_entropy(options_.backend, logits, targets, nullptr, ce, dlogits, &probabilities);
+  outcome.probabilities = probabilities.to_vector();
+  outcome.tiles = h_.dim(0);
+  if (training) {
+    kernels::scale(options_.backend, loss_scale, dlogits);
+    Tensor dz = model_.head->backward(dlogits);
+    dh_ = model_.aggregator->backward(dz);
+  }
+  return outcome;
+}
+
+ImageOutcome TwoPassStep::finish_image(float loss_scale) { return head_forward(true, loss_scale); }
+
+void TwoPassStep::pass2_batch(const Tensor& x, std::int64_t first_tile) {
+  BT_CHECK(dh_.defined(), "two-pass step: pass 2 before finish_image");
+  const std::int64_t rows = x.dim(0);
+  BT_CHECK(first_tile >= 0 && first_tile + rows <= dh_.dim(0), "two-pass step: rows [{}, {}) outside the image's {} tiles",
+           first_tile, first_tile + rows, dh_.dim(0));
+  Tensor features = model_.encoder->forward(x, encoder_context(true, false));
+  BT_CHECK(features.dim(0) == rows, "two-pass step: encoder returned {} rows for {} tiles", features.dim(0), rows);
+  model_.encoder->backward(dh_.slice_rows(first_tile, first_tile + rows));
+}
+
+void TwoPassStep::eval_batch(const Tensor& x, std::int64_t first_tile) {
+  store_rows(model_.encoder->forward(x, net::ForwardContext::inference(options_.backend)), first_tile);
+}
+
+ImageOutcome TwoPassStep::finish_eval() { return head_forward(false, 1.0f); }
+
+}  // namespace bigtrain

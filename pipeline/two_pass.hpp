@@ -1,0 +1,85 @@
+#pragma once
+// One image of tiled end-to-end training in two passes (DESIGN.md):
+//
+//   begin_image(N, label)            H = zeros [N, D] (host), nothing else held
+//   pass1_batch(x, first) ...        encoder forward, no activations kept; rows of H
+//   finish_image(loss_scale)         z = Agg(H), logits = fc(z), loss; backward gives
+//                                    aggregator/head gradients and dL/dH
+//   pass2_batch(x, first) ...        same batches again: forward keeping activations
+//                                    (BatchNorm with the same batch statistics, running
+//                                    statistics not moved twice), backward with the
+//                                    batch's rows of dL/dH, encoder gradients accumulate
+//
+// Pass 2 must be fed exactly the tensors pass 1 saw, in the same batches; the tile
+// stream guarantees that by recomputing the same reads and seeded augmentation.
+// Memory: one batch's activations plus H and dL/dH (N x D floats each).
+#include <cstdint>
+#include <vector>
+
+#include "kernels/core/tensor.hpp"
+#include "net/aggregator.hpp"
+#include "net/encoder.hpp"
+#include "net/linear.hpp"
+
+namespace bigtrain {
+
+struct ImageModel {
+  net::Encoder* encoder = nullptr;
+  net::Aggregator* aggregator = nullptr;
+  net::Linear* head = nullptr;
+
+  std::vector<net::Parameter*> parameters() const;  // encoder, aggregator, head
+  void zero_grad() const;
+};
+
+struct ImageOutcome {
+  float loss = 0.0f;  // unscaled cross-entropy of this image
+  std::vector<float> probabilities;
+  std::int64_t tiles = 0;
+};
+
+struct TwoPassOptions {
+  Backend backend = Backend::cpu;
+  bool freeze_bn = false;
+  float label_smoothing = 0.0f;
+  std::uint64_t dropout_seed = 0;  // per image; the aggregator's dropout mask
+};
+
+class TwoPassStep {
+ public:
+  TwoPassStep(const ImageModel& model, const TwoPassOptions& options);
+
+  void begin_image(std::int64_t tiles, int label, std::uint64_t dropout_seed);
+  // x: [B, C, T, T] on the backend's device; rows [first, first + B) of H.
+  void pass1_batch(const Tensor& x, std::int64_t first_tile);
+  // Head, loss and dL/dH; the loss gradient is multiplied by loss_scale (1 /
+  // images_per_step, so accumulated gradients are a mean over the step's images).
+  ImageOutcome finish_image(float loss_scale);
+  void pass2_batch(const Tensor& x, std::int64_t first_tile);
+
+  // Evaluation: features only (pass 1 without training), then the head.
+  void eval_batch(const Tensor& x, std::int64_t first_tile);
+  ImageOutcome finish_eval();
+
+  // Drops H and dL/dH (the next image allocates its own).
+  void end_image();
+
+  const Tensor& features() const { return h_; }
+  const Tensor& feature_grads() const { return dh_; }
+  // Attention weights of the last image (undefined for mean/max).
+  const Tensor& attention() const { return model_.aggregator->attention(); }
+
+ private:
+  net::ForwardContext encoder_context(bool keep_activations, bool update_running_stats) const;
+  void store_rows(const Tensor& features, std::int64_t first_tile);
+  ImageOutcome head_forward(bool training, float loss_scale);
+
+  ImageModel model_;
+  TwoPassOptions options_;
+  Tensor h_, dh_;  // host [N, D]
+  int label_ = 0;
+  std::uint64_t dropout_seed_ = 0;
+  std::int64_t rows_filled_ = 0;
+};
+
+}  // namespace bigtrain
