@@ -22,7 +22,7 @@ struct Thumbnail {
 Thumbnail make_thumbnail(const ImageSource& source, int max_side = 1024);
 
 struct ForegroundOptions {
-  std::optional<int> threshold;  // grey level 0..255 on the thumbnail; Otsu's when unset
+  std::optional<int> threshold;  // grey level 0..255 on the thumbnail; Otsu's (of the blurred thumbnail) when unset
   bool dark_foreground = true;   // tissue on a bright slide; false for bright objects on dark
 };
 

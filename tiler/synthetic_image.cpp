@@ -46,7 +46,7 @@ Rgb shade(const SyntheticImage& image, double cell, int64_t X, int64_t Y) {
   const double tissue = t * t * (3 - 2 * t);
   const double grain = unit(hash3(image.seed + 2, X, Y)) - 0.5;
   Rgb background{236 + 6 * grain, 234 + 6 * grain, 240 + 6 * grain};
-  Rgb stroma{228 + 20 * grain, 150 + 24 * grain, 192 + 16 * grain};
+  Rgb stroma{214 + 20 * grain, 128 + 24 * grain, 178 + 16 * grain};
   if (tissue > 0.5) {
     // One nucleus per 14-pixel cell, at a hashed position and radius.
     const int64_t cx = X / 14 - (X < 0), cy = Y / 14 - (Y < 0);
