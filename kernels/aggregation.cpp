@@ -5,6 +5,10 @@
 #include "kernels/cpu/aggregation.hpp"
 #include "kernels/reference/aggregation.hpp"
 
+#ifdef BIGTRAIN_HAVE_CUDA
+#include "kernels/cuda/aggregation.hpp"
+#endif
+
 namespace bigtrain::kernels {
 namespace {
 
@@ -29,21 +33,22 @@ void expect_vector(const Tensor& v, Backend backend, const char* op, const char*
   expect_f32(v, v.shape(), backend, op, argument);
 }
 
-[[noreturn]] void no_cuda(const char* op) {
-  // The aggregators work on N x D features, small enough that the trainer keeps
-  // them on the host for now; a cuda/aggregation.cu slots in here when that changes.
-  throw Error(fmt::format("{}: {}", op,
-                          cuda_compiled() ? "the CUDA backend has no aggregation kernels yet"
-                                          : "this build has no CUDA backend"));
-}
+#ifndef BIGTRAIN_HAVE_CUDA
+[[noreturn]] void no_cuda(const char* op) { throw Error(fmt::format("{}: this build has no CUDA backend", op)); }
+#endif
 
 }  // namespace
 
-#define BT_DISPATCH(op, ...)                                  \
-  switch (backend) {                                          \
-    case Backend::reference: return reference::op(__VA_ARGS__); \
-    case Backend::cpu: return cpu::op(__VA_ARGS__);             \
-    case Backend::cuda: no_cuda(#op);                           \
+#ifdef BIGTRAIN_HAVE_CUDA
+#define BT_DISPATCH_CUDA(op, ...) return cuda::op(__VA_ARGS__)
+#else
+#define BT_DISPATCH_CUDA(op, ...) no_cuda(#op)
+#endif
+#define BT_DISPATCH(op, ...)                                      \
+  switch (backend) {                                              \
+    case Backend::reference: return reference::op(__VA_ARGS__);   \
+    case Backend::cpu: return cpu::op(__VA_ARGS__);               \
+    case Backend::cuda: BT_DISPATCH_CUDA(op, __VA_ARGS__);        \
   }
 
 void mean_rows_forward(Backend backend, const Tensor& h, Tensor& z) {
@@ -145,5 +150,6 @@ void weighted_sum_rows_backward(Backend backend, const Tensor& a, const Tensor& 
 }
 
 #undef BT_DISPATCH
+#undef BT_DISPATCH_CUDA
 
 }  // namespace bigtrain::kernels
