@@ -5,25 +5,28 @@
 
 namespace bigtrain::net {
 
-Conv2d::Conv2d(std::string name, const Conv2dOptions& options, std::uint64_t seed, ConvInit init)
+Conv2d::Conv2d(std::string name, const Conv2dOptions& options, InitSeed seed, ConvInit init)
     : Layer(std::move(name)), options_(options) {
   BT_CHECK(options.groups >= 1 && options.in_channels % options.groups == 0 &&
                options.out_channels % options.groups == 0,
            "conv `{}`: {} in and {} out channels are not divisible into {} groups", this->name(),
            options.in_channels, options.out_channels, options.groups);
   weight_.name = child_name(*this, "weight");
-  weight_.value = Tensor::empty(
+  weight_.value = Tensor::zeros(
       {options.out_channels, options.in_channels / options.groups, options.kernel_h, options.kernel_w});
-  InitRandom weight_random(seed, weight_.name);
+  if (options.bias) {
+    bias_.name = child_name(*this, "bias");
+    bias_.value = Tensor::zeros({options.out_channels});
+  }
+  if (!seed) return;
+  InitRandom weight_random(*seed, weight_.name);
   if (init == ConvInit::kaiming_normal_fan_out)
     kaiming_normal_fan_out(weight_.value, weight_random);
   else
     default_weight_uniform(weight_.value, weight_random);
-  if (options.bias) {
-    bias_.name = child_name(*this, "bias");
-    bias_.value = Tensor::zeros({options.out_channels});
-    InitRandom bias_random(seed, bias_.name);
-    if (init == ConvInit::pytorch_default) default_bias_uniform(bias_.value, fan_in(weight_.value), bias_random);
+  if (options.bias && init == ConvInit::pytorch_default) {
+    InitRandom bias_random(*seed, bias_.name);
+    default_bias_uniform(bias_.value, fan_in(weight_.value), bias_random);
   }
 }
 

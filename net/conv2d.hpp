@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "kernels/conv2d.hpp"
+#include "net/init.hpp"
 #include "net/layer.hpp"
 #include "net/op_cache.hpp"
 
@@ -34,7 +35,7 @@ enum class ConvInit {
 class Conv2d final : public Layer {
  public:
   // Initialised from the stream (seed, parameter name), see net/init.hpp.
-  Conv2d(std::string name, const Conv2dOptions& options, std::uint64_t seed,
+  Conv2d(std::string name, const Conv2dOptions& options, InitSeed seed,
          ConvInit init = ConvInit::pytorch_default);
 
   Tensor forward(const Tensor& x, const ForwardContext& ctx) override;

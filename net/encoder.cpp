@@ -11,7 +11,7 @@
 
 namespace bigtrain::net {
 
-Encoder::Encoder(const EncoderSpec& spec, std::uint64_t seed) : Sequential(""), spec_(spec) {
+Encoder::Encoder(const EncoderSpec& spec, InitSeed seed) : Sequential(""), spec_(spec) {
   BT_CHECK(spec.in_channels >= 1 && spec.width > 0.0 && spec.stem.kernel >= 1 && spec.stem.stride >= 1 &&
                spec.stem.padding >= 0,
            "encoder '{}': invalid settings (in_channels {}, width {}, stem kernel {} stride {} padding {})",
@@ -34,7 +34,7 @@ Encoder::Encoder(const EncoderSpec& spec, std::uint64_t seed) : Sequential(""), 
 // torchvision's ResNet._make_layer: the first block of each stage after the first
 // has stride 2 and a projection shortcut; every stage's first block projects when
 // the channel count changes (Bottleneck stage 1: 64 -> 256).
-void Encoder::build_resnet(std::uint64_t seed) {
+void Encoder::build_resnet(InitSeed seed) {
   std::int64_t in_channels = spec_.scaled(spec_.stem_channels);
   std::vector<ResidualBlock*> blocks;
   for (std::size_t stage = 0; stage < spec_.stage_blocks.size(); ++stage) {
@@ -58,7 +58,7 @@ void Encoder::build_resnet(std::uint64_t seed) {
 
 // Three more conv-bn-relu stages of stride 2 after the stem: small enough for unit
 // tests and demos, named layerK.conv / layerK.bn.
-void Encoder::build_small(std::uint64_t seed) {
+void Encoder::build_small(InitSeed seed) {
   std::int64_t in_channels = spec_.scaled(spec_.stem_channels);
   for (std::size_t stage = 0; stage < spec_.stage_planes.size(); ++stage) {
     const std::int64_t out_channels = spec_.scaled(spec_.stage_planes[stage]);

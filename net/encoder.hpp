@@ -15,7 +15,8 @@ namespace bigtrain::net {
 
 class Encoder final : public Sequential {
  public:
-  Encoder(const EncoderSpec& spec, std::uint64_t seed);
+  // nullopt seed: parameters start at zero (weights to be loaded).
+  Encoder(const EncoderSpec& spec, InitSeed seed);
 
   const EncoderSpec& spec() const { return spec_; }
   std::int64_t feature_dim() const { return spec_.feature_dim(); }
@@ -26,8 +27,8 @@ class Encoder final : public Sequential {
   void set_input_grad(bool enabled) { stem_conv_->set_input_grad(enabled); }
 
  private:
-  void build_resnet(std::uint64_t seed);
-  void build_small(std::uint64_t seed);
+  void build_resnet(InitSeed seed);
+  void build_small(InitSeed seed);
 
   EncoderSpec spec_;
   Conv2d* stem_conv_ = nullptr;

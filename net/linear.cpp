@@ -13,17 +13,17 @@ kernels::Linear& linear_op(OpCache<kernels::LinearSpec, kernels::Linear>& ops, B
 
 }  // namespace
 
-Linear::Linear(std::string name, std::int64_t in_features, std::int64_t out_features, std::uint64_t seed, bool bias)
+Linear::Linear(std::string name, std::int64_t in_features, std::int64_t out_features, InitSeed seed, bool bias)
     : Layer(std::move(name)), in_features_(in_features), out_features_(out_features), has_bias_(bias) {
   BT_CHECK(in_features > 0 && out_features > 0, "linear `{}`: needs positive sizes, got {} -> {}", this->name(),
            in_features, out_features);
   weight_.name = child_name(*this, "weight");
-  weight_.value = Tensor::empty({out_features, in_features});
+  weight_.value = Tensor::zeros({out_features, in_features});
   if (bias) {
     bias_.name = child_name(*this, "bias");
-    bias_.value = Tensor::empty({out_features});
+    bias_.value = Tensor::zeros({out_features});
   }
-  reset_parameters(seed);
+  if (seed) reset_parameters(*seed);
 }
 
 void Linear::reset_parameters(std::uint64_t seed) {

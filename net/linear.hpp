@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "kernels/linear.hpp"
+#include "net/init.hpp"
 #include "net/layer.hpp"
 #include "net/op_cache.hpp"
 
@@ -11,8 +12,8 @@ namespace bigtrain::net {
 
 class Linear final : public Layer {
  public:
-  // PyTorch's default initialisation from `seed` (see reset_parameters).
-  Linear(std::string name, std::int64_t in_features, std::int64_t out_features, std::uint64_t seed,
+  // PyTorch's default initialisation from `seed` (see reset_parameters); zeros for nullopt.
+  Linear(std::string name, std::int64_t in_features, std::int64_t out_features, InitSeed seed,
          bool bias = true);
 
   Tensor forward(const Tensor& x, const ForwardContext& ctx) override;

@@ -10,14 +10,16 @@
 
 namespace bigtrain::net {
 
-Model::Model(const ModelSpec& spec, std::uint64_t seed)
+Model::Model(const ModelSpec& spec, std::uint64_t seed, bool initialise)
     : spec_(spec),
       seed_(seed),
-      encoder_(std::make_unique<Encoder>(spec.encoder, seed)),
-      head_(std::make_unique<Linear>("fc", spec.encoder.feature_dim(), spec.num_classes, seed)) {}
+      encoder_(std::make_unique<Encoder>(spec.encoder, initialise ? InitSeed(seed) : std::nullopt)),
+      head_(std::make_unique<Linear>("fc", spec.encoder.feature_dim(), spec.num_classes,
+                                     initialise ? InitSeed(seed) : std::nullopt)) {}
 
 Tensor Model::forward(const Tensor& x, const ForwardContext& ctx) {
-  return head_->forward(encoder_->forward(x, ctx), ctx);
+  const Tensor features = encoder_->forward(x, ctx);
+  return head_->forward(features, ctx);
 }
 
 Tensor Model::backward(const Tensor& dlogits) { return encoder_->backward(head_->backward(dlogits)); }

@@ -34,7 +34,9 @@ struct LoadReport {
 
 class Model {
  public:
-  Model(const ModelSpec& spec, std::uint64_t seed);
+  // `initialise` false leaves every parameter zero (weights about to be loaded);
+  // `seed` still re-initialises a mismatched head on load.
+  Model(const ModelSpec& spec, std::uint64_t seed, bool initialise = true);
 
   const ModelSpec& spec() const { return spec_; }
   std::uint64_t seed() const { return seed_; }

@@ -8,7 +8,7 @@
 namespace bigtrain::net {
 
 void ResidualBlock::make_downsample(std::int64_t in_channels, std::int64_t out_channels, int stride,
-                                    std::uint64_t seed) {
+                                    InitSeed seed) {
   out_channels_ = out_channels;
   if (stride == 1 && in_channels == out_channels) return;
   downsample_conv_ = std::make_unique<Conv2d>(child_name(*this, "downsample.0"),
@@ -19,7 +19,10 @@ void ResidualBlock::make_downsample(std::int64_t in_channels, std::int64_t out_c
 Tensor ResidualBlock::forward(const Tensor& x, const ForwardContext& ctx) {
   Tensor out = main_forward(x, ctx);
   Tensor identity = x;
-  if (downsample_conv_) identity = downsample_bn_->forward(downsample_conv_->forward(x, ctx), ctx);
+  if (downsample_conv_) {
+    identity = downsample_conv_->forward(x, ctx);
+    identity = downsample_bn_->forward(identity, ctx);
+  }
   // In place: `out` is a BatchNorm output, which no layer keeps.
   kernels::add(ctx.backend, out, identity, out);
   if (ctx.keep_activations) saved_backends_.push_back(ctx.backend);
@@ -65,7 +68,7 @@ std::size_t ResidualBlock::saved_count() const {
 // ---- BasicBlock ------------------------------------------------------------------
 
 BasicBlock::BasicBlock(std::string name, std::int64_t in_channels, std::int64_t planes, int stride,
-                       std::uint64_t seed)
+                       InitSeed seed)
     : ResidualBlock(std::move(name)) {
   conv1_ = std::make_unique<Conv2d>(child_name(*this, "conv1"), Conv2dOptions::square(in_channels, planes, 3, stride, 1),
                                     seed, ConvInit::kaiming_normal_fan_out);
@@ -75,9 +78,15 @@ BasicBlock::BasicBlock(std::string name, std::int64_t in_channels, std::int64_t 
   make_downsample(in_channels, planes * kExpansion, stride, seed);
 }
 
+// One statement per layer: each intermediate is released as soon as the next
+// layer has consumed it (a nested call would keep every temporary of the
+// expression alive to its end), so inference holds two activations at a time.
 Tensor BasicBlock::main_forward(const Tensor& x, const ForwardContext& ctx) {
-  Tensor h = relu1_.forward(bn1_->forward(conv1_->forward(x, ctx), ctx), ctx);
-  return bn2_->forward(conv2_->forward(h, ctx), ctx);
+  Tensor h = conv1_->forward(x, ctx);
+  h = bn1_->forward(h, ctx);
+  h = relu1_.forward(h, ctx);
+  h = conv2_->forward(h, ctx);
+  return bn2_->forward(h, ctx);
 }
 
 Tensor BasicBlock::main_backward(const Tensor& dy) {
@@ -108,7 +117,7 @@ std::size_t BasicBlock::main_saved_count() const {
 // ---- Bottleneck ------------------------------------------------------------------
 
 Bottleneck::Bottleneck(std::string name, std::int64_t in_channels, std::int64_t planes, int stride,
-                       std::uint64_t seed)
+                       InitSeed seed)
     : ResidualBlock(std::move(name)) {
   conv1_ = std::make_unique<Conv2d>(child_name(*this, "conv1"), Conv2dOptions::square(in_channels, planes, 1), seed, ConvInit::kaiming_normal_fan_out);
   bn1_ = std::make_unique<BatchNorm2d>(child_name(*this, "bn1"), planes);
@@ -122,9 +131,14 @@ Bottleneck::Bottleneck(std::string name, std::int64_t in_channels, std::int64_t 
 }
 
 Tensor Bottleneck::main_forward(const Tensor& x, const ForwardContext& ctx) {
-  Tensor h = relu1_.forward(bn1_->forward(conv1_->forward(x, ctx), ctx), ctx);
-  h = relu2_.forward(bn2_->forward(conv2_->forward(h, ctx), ctx), ctx);
-  return bn3_->forward(conv3_->forward(h, ctx), ctx);
+  Tensor h = conv1_->forward(x, ctx);
+  h = bn1_->forward(h, ctx);
+  h = relu1_.forward(h, ctx);
+  h = conv2_->forward(h, ctx);
+  h = bn2_->forward(h, ctx);
+  h = relu2_.forward(h, ctx);
+  h = conv3_->forward(h, ctx);
+  return bn3_->forward(h, ctx);
 }
 
 Tensor Bottleneck::main_backward(const Tensor& dy) {

@@ -33,7 +33,7 @@ class ResidualBlock : public Layer {
 
  protected:
   // Called by subclasses' constructors after building the main branch.
-  void make_downsample(std::int64_t in_channels, std::int64_t out_channels, int stride, std::uint64_t seed);
+  void make_downsample(std::int64_t in_channels, std::int64_t out_channels, int stride, InitSeed seed);
   virtual Tensor main_forward(const Tensor& x, const ForwardContext& ctx) = 0;
   virtual Tensor main_backward(const Tensor& dy) = 0;
   virtual void collect_main_state(StateRefs& refs) = 0;
@@ -52,7 +52,7 @@ class ResidualBlock : public Layer {
 class BasicBlock final : public ResidualBlock {
  public:
   static constexpr int kExpansion = 1;
-  BasicBlock(std::string name, std::int64_t in_channels, std::int64_t planes, int stride, std::uint64_t seed);
+  BasicBlock(std::string name, std::int64_t in_channels, std::int64_t planes, int stride, InitSeed seed);
   BatchNorm2d& last_bn() override { return *bn2_; }
 
  private:
@@ -70,7 +70,7 @@ class BasicBlock final : public ResidualBlock {
 class Bottleneck final : public ResidualBlock {
  public:
   static constexpr int kExpansion = 4;
-  Bottleneck(std::string name, std::int64_t in_channels, std::int64_t planes, int stride, std::uint64_t seed);
+  Bottleneck(std::string name, std::int64_t in_channels, std::int64_t planes, int stride, InitSeed seed);
   BatchNorm2d& last_bn() override { return *bn3_; }
 
  private:

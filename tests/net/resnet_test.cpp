@@ -1,0 +1,248 @@
+// ResNet encoders and models: torchvision's structure (parameter counts, state_dict
+// names and shapes), torchvision's initialisation, configurable stems and widths,
+// bit-for-bit determinism, and a whole ResNet-18 forward and backward through the
+// cpu backend equal to the reference backend.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "net/model.hpp"
+#include "net/residual_block.hpp"
+#include "tests/net/net_testing.hpp"
+
+namespace bigtrain::net {
+namespace {
+
+using namespace bigtrain::net::testing;
+
+ModelSpec spec_of(const std::string& preset, std::int64_t in_channels = 3, std::int64_t classes = 1000) {
+  ModelSpec spec;
+  spec.encoder = EncoderSpec::preset_spec(preset);
+  spec.encoder.in_channels = in_channels;
+  spec.num_classes = classes;
+  return spec;
+}
+
+// torchvision.models.resnetXX(): sum(p.numel() for p in m.parameters()).
+// (Uninitialised models: structure only, without drawing 100M random numbers.)
+TEST(ResNet, ParameterCountsEqualTorchvision) {
+  EXPECT_EQ(Model(spec_of("resnet18"), 1, false).parameter_count(), 11'689'512);
+  EXPECT_EQ(Model(spec_of("resnet34"), 1, false).parameter_count(), 21'797'672);
+  EXPECT_EQ(Model(spec_of("resnet50"), 1, false).parameter_count(), 25'557'032);
+  EXPECT_EQ(Model(spec_of("resnet101"), 1, false).parameter_count(), 44'549'160);
+}
+
+// He et al. 2016's ResNet-20 has 0.27M parameters with option-A shortcuts. With
+// option B and a 10-class head: stem 432 + 32; stage 1: 6 convs of 2,304 + 192 BN;
+// stage 2: 4,608 + 5 x 9,216 + projection 512 + BN 6 x 64 + 64; stage 3: 18,432 +
+// 5 x 36,864 + projection 2,048 + BN 6 x 128 + 128; head 650: 272,474.
+TEST(ResNet, CifarResNet20HasTheExpectedSize) {
+  Model model(spec_of("resnet20", 3, 10), 1);
+  EXPECT_EQ(model.parameter_count(), 272'474);
+  EXPECT_EQ(model.encoder().feature_dim(), 64);
+  const Tensor logits = model.forward(random_tensor({2, 3, 32, 32}, 1), ForwardContext::inference(Backend::cpu));
+  EXPECT_EQ(logits.shape(), (Shape{2, 10}));
+}
+
+TEST(ResNet, SmallEncoderIsSmall) {
+  Model model(spec_of("small", 1, 10), 1);
+  EXPECT_EQ(model.encoder().feature_dim(), 64);
+  // 3x3 convolutions 1->16->32->48->64 (46,224) + BatchNorm (320) + head 64*10+10.
+  EXPECT_EQ(model.parameter_count(), 46'224 + 320 + 650);
+  const Tensor logits = model.forward(random_tensor({3, 1, 40, 40}, 1), ForwardContext::inference(Backend::cpu));
+  EXPECT_EQ(logits.shape(), (Shape{3, 10}));
+}
+
+TEST(ResNet, StateDictNamesAndShapesAreTorchvisions) {
+  Model resnet18(spec_of("resnet18"), 1, false);
+  const StateDict dict = resnet18.state_dict();
+  // len(torchvision.models.resnet18().state_dict()): 20 convs, 20 BatchNorms x 5, fc x 2.
+  EXPECT_EQ(dict.size(), 122u);
+  const std::vector<std::pair<std::string, Shape>> expected{
+      {"conv1.weight", {64, 3, 7, 7}},
+      {"bn1.weight", {64}},
+      {"bn1.running_var", {64}},
+      {"bn1.num_batches_tracked", {}},
+      {"layer1.0.conv1.weight", {64, 64, 3, 3}},
+      {"layer1.1.bn2.bias", {64}},
+      {"layer2.0.conv1.weight", {128, 64, 3, 3}},
+      {"layer2.0.downsample.0.weight", {128, 64, 1, 1}},
+      {"layer2.0.downsample.1.running_mean", {128}},
+      {"layer4.1.conv2.weight", {512, 512, 3, 3}},
+      {"fc.weight", {1000, 512}},
+      {"fc.bias", {1000}},
+  };
+  for (const auto& [name, shape] : expected) {
+    auto it = dict.find(name);
+    ASSERT_NE(it, dict.end()) << name;
+    EXPECT_EQ(it->second.shape, shape) << name;
+  }
+  EXPECT_EQ(dict.at("bn1.num_batches_tracked").dtype, StoredDType::I64);
+  EXPECT_FALSE(dict.contains("layer1.0.downsample.0.weight")) << "BasicBlock stage 1 keeps the identity shortcut";
+
+  Model resnet50(spec_of("resnet50"), 1, false);
+  const StateDict dict50 = resnet50.state_dict();
+  EXPECT_EQ(dict50.size(), 320u);  // len(torchvision.models.resnet50().state_dict())
+  EXPECT_EQ(dict50.at("layer1.0.downsample.0.weight").shape, (Shape{256, 64, 1, 1}));
+  EXPECT_EQ(dict50.at("layer2.0.conv2.weight").shape, (Shape{128, 128, 3, 3}));
+  EXPECT_EQ(dict50.at("layer3.5.conv3.weight").shape, (Shape{1024, 256, 1, 1}));
+  EXPECT_EQ(dict50.at("fc.weight").shape, (Shape{1000, 2048}));
+}
+
+// Stem and width overrides change shapes as expected, and an 11x11 stride-4 stem
+// maps a 128x128 tile to 32x32 (16x16 after the max-pool, 2x2 after layer4).
+TEST(ResNet, StemAndWidthOverrides) {
+  ModelSpec spec = spec_of("resnet18", 1, 2);
+  spec.encoder.stem = {11, 4, 5, true};
+  spec.encoder.width = 0.5;
+  Model model(spec, 3);
+  EXPECT_EQ(model.encoder().feature_dim(), 256);
+  EXPECT_EQ(model.encoder().stem_conv().weight().value.shape(), (Shape{32, 1, 11, 11}));
+  ForwardContext ctx = ForwardContext::inference(Backend::cpu);
+  EXPECT_EQ(model.encoder().forward(random_tensor({1, 1, 128, 128}, 4), ctx).shape(), (Shape{1, 256}));
+  EXPECT_EQ(model.forward(random_tensor({1, 1, 128, 128}, 4), ctx).shape(), (Shape{1, 2}));
+
+  ModelSpec no_pool = spec_of("resnet18", 1, 2);
+  no_pool.encoder.stem.maxpool = false;
+  Model without(no_pool, 3, false);
+  EXPECT_EQ(without.encoder().size() + 1, Model(spec_of("resnet18", 1, 2), 3, false).encoder().size());
+
+  Model uninitialised(spec_of("resnet18"), 1, false);
+  for (Parameter* parameter : uninitialised.parameters())  // BatchNorm's constant 1/0 stays
+    if (parameter->value.rank() > 1)
+      for (float v : parameter->value.to_vector()) ASSERT_EQ(v, 0.0f) << parameter->name << " uninitialised is zero";
+}
+
+double mean_of(const std::vector<double>& v) {
+  double s = 0.0;
+  for (double x : v) s += x;
+  return s / static_cast<double>(v.size());
+}
+
+double std_of(const std::vector<double>& v) {
+  const double m = mean_of(v);
+  double s = 0.0;
+  for (double x : v) s += (x - m) * (x - m);
+  return std::sqrt(s / static_cast<double>(v.size()));
+}
+
+// torchvision: kaiming_normal_(fan_out, relu) convolutions, BatchNorm 1/0, and the
+// head as nn.Linear's default U(+-1/sqrt(in)).
+TEST(ResNet, InitialisationFollowsTorchvision) {
+  Model model(spec_of("resnet18", 3, 10), 7);
+  StateDict dict = model.state_dict();
+  const std::vector<double> w = to_doubles(dict.at("layer4.0.conv2.weight").to_f32());  // 2.36M values
+  const double expected_std = std::sqrt(2.0 / (512.0 * 9.0));
+  // Sample std of n normals has relative sd 1/sqrt(2n) ~ 5e-4: 1% is > 20 sigma.
+  EXPECT_NEAR(std_of(w), expected_std, 0.01 * expected_std);
+  EXPECT_NEAR(mean_of(w), 0.0, 0.01 * expected_std);
+  const std::vector<double> fc = to_doubles(dict.at("fc.weight").to_f32());
+  const double bound = 1.0 / std::sqrt(512.0);
+  double lo = 0.0, hi = 0.0;
+  for (double v : fc) lo = std::min(lo, v), hi = std::max(hi, v);
+  // 5120 uniform draws come within 1% of both ends almost surely (miss prob ~ e^-25).
+  EXPECT_GE(lo, -bound);
+  EXPECT_LE(hi, bound);
+  EXPECT_LT(lo, -0.99 * bound);
+  EXPECT_GT(hi, 0.99 * bound);
+  for (double v : to_doubles(dict.at("layer2.1.bn1.weight").to_f32())) EXPECT_EQ(v, 1.0);
+  for (double v : to_doubles(dict.at("layer2.1.bn1.bias").to_f32())) EXPECT_EQ(v, 0.0);
+  for (double v : to_doubles(dict.at("layer2.1.bn1.running_var").to_f32())) EXPECT_EQ(v, 1.0);
+
+  ModelSpec zero = spec_of("resnet50", 3, 10);
+  zero.encoder.width = 0.25;
+  zero.encoder.zero_init_residual = true;
+  StateDict zero_dict = Model(zero, 7).state_dict();
+  for (double v : to_doubles(zero_dict.at("layer3.2.bn3.weight").to_f32())) EXPECT_EQ(v, 0.0);
+  for (double v : to_doubles(zero_dict.at("layer3.2.bn2.weight").to_f32())) EXPECT_EQ(v, 1.0);
+}
+
+bool same_bytes(const StateDict& a, const StateDict& b) {
+  if (a.size() != b.size()) return false;
+  for (const auto& [name, tensor] : a) {
+    auto it = b.find(name);
+    if (it == b.end() || it->second.bytes != tensor.bytes) return false;
+  }
+  return true;
+}
+
+// Same seed, same weights and same training step, bit for bit (a narrow ResNet-18
+// keeps the test fast; every layer type is there).
+TEST(ResNet, SameSeedIsBitIdentical) {
+  ModelSpec spec = spec_of("resnet18", 1, 4);
+  spec.encoder.width = 0.25;
+  Model a(spec, 42), b(spec, 42), c(spec, 43);
+  EXPECT_TRUE(same_bytes(a.state_dict(), b.state_dict()));
+  EXPECT_FALSE(same_bytes(a.state_dict(), c.state_dict()));
+
+  const Tensor x = random_tensor({2, 1, 40, 40}, 5);
+  const std::vector<double> r = random_doubles(8, 6);
+  ForwardContext ctx = ForwardContext::train(Backend::cpu);
+  std::vector<std::vector<double>> grads[2];
+  std::vector<double> logits[2];
+  Model* models[2] = {&a, &b};
+  for (int i = 0; i < 2; ++i) {
+    models[i]->zero_grad();
+    const Tensor y = models[i]->forward(x, ctx);
+    logits[i] = to_doubles(y);
+    models[i]->backward(from_doubles(y.shape(), r));
+    for (Parameter* p : models[i]->parameters()) grads[i].push_back(to_doubles(p->grad));
+  }
+  EXPECT_EQ(logits[0], logits[1]);
+  EXPECT_EQ(grads[0], grads[1]);
+  EXPECT_TRUE(same_bytes(a.state_dict(), b.state_dict())) << "running statistics moved identically";
+}
+
+// The whole network through oneDNN equals the reference loops: logits, every
+// parameter gradient and the input gradient, in training mode (batch statistics).
+TEST(ResNet, ResNet18CpuEqualsReference) {
+  ModelSpec spec = spec_of("resnet18", 1, 10);
+  Model reference(spec, 9), cpu(spec, 9);
+  reference.encoder().set_input_grad(true);
+  cpu.encoder().set_input_grad(true);
+  const Tensor x = random_tensor({2, 1, 64, 64}, 10);
+  const std::vector<double> r = random_doubles(20, 11);
+  LayerGradients expected, actual;
+  Model* models[2] = {&reference, &cpu};
+  LayerGradients* results[2] = {&expected, &actual};
+  const Backend backends[2] = {Backend::reference, Backend::cpu};
+  for (int i = 0; i < 2; ++i) {
+    models[i]->zero_grad();
+    ForwardContext ctx = ForwardContext::train(backends[i]);
+    results[i]->y = models[i]->forward(x, ctx);
+    results[i]->dx = to_doubles(models[i]->backward(from_doubles({2, 10}, r)));
+    for (Parameter* p : models[i]->parameters()) results[i]->params.push_back(to_doubles(p->grad));
+  }
+  // Each backend rounds every conv sum differently (~sqrt(K) eps_f32 ~ 1e-6..1e-5
+  // relative per layer). Training-mode BatchNorm divides by batch standard deviations
+  // that in layer4 come from only 2x2x2 = 8 values per channel, and its backward
+  // subtracts nearly equal terms; through 20 layers that grows the difference to
+  // up to 4e-4 of a tensor's rms (measured, layer4 weight gradients; 3e-5 for the
+  // logits). 2e-3 of the rms leaves a 5x margin, while a wrong stride, padding,
+  // missing term or misrouted gradient is O(1).
+  const Tolerance tolerance{2e-3, 1e-7};
+  expect_close(actual.y, expected.y, tolerance, "logits");
+  expect_close(actual.dx, expected.dx, {2, 1, 64, 64}, tolerance, "d input");
+  std::vector<Parameter*> parameters = cpu.parameters();
+  ASSERT_EQ(parameters.size(), expected.params.size());
+  for (std::size_t i = 0; i < parameters.size(); ++i)
+    expect_close(actual.params[i], expected.params[i], parameters[i]->value.shape(), tolerance,
+                 "d " + parameters[i]->name);
+  EXPECT_EQ(cpu.encoder().saved_count(), 0u);
+  EXPECT_EQ(reference.encoder().saved_count(), 0u);
+}
+
+// The first convolution skips the image gradient by default (nothing uses it).
+TEST(ResNet, EncoderSkipsTheImageGradientByDefault) {
+  Model model(spec_of("small", 1, 3), 1);
+  const Tensor y = model.forward(random_tensor({2, 1, 32, 32}, 1), ForwardContext::train(Backend::cpu));
+  EXPECT_FALSE(model.backward(from_doubles(y.shape(), random_doubles(6, 2))).defined());
+  EXPECT_EQ(model.encoder().saved_count(), 0u);
+  EXPECT_TRUE(model.encoder().stem_conv().weight().grad.defined());
+}
+
+}  // namespace
+}  // namespace bigtrain::net
