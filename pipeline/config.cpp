@@ -57,6 +57,7 @@ TilerConfig read_tiler(ConfigSection s) {
   t.level = s.get_int("level", t.level, 0, 64);
   t.downsample = s.get_double("downsample", t.downsample, 1.0, 1024.0);
   t.min_foreground = s.get_double("min_foreground", t.min_foreground, 0.0, 1.0);
+  t.foreground = s.get_choice("foreground", t.foreground, {"dark", "bright"});
   t.max_tiles_per_image = s.get_int("max_tiles_per_image", t.max_tiles_per_image, 0, kIntMax);
   t.resize_size = s.get_int("resize_size", t.resize_size, 8, 1 << 16);
   s.finish();
@@ -209,6 +210,7 @@ std::string config_to_yaml(const Config& c) {
   out << YAML::Key << "level" << YAML::Value << c.tiler.level;
   out << YAML::Key << "downsample" << YAML::Value << c.tiler.downsample;
   out << YAML::Key << "min_foreground" << YAML::Value << c.tiler.min_foreground;
+  out << YAML::Key << "foreground" << YAML::Value << c.tiler.foreground;
   out << YAML::Key << "max_tiles_per_image" << YAML::Value << c.tiler.max_tiles_per_image;
   out << YAML::Key << "resize_size" << YAML::Value << c.tiler.resize_size;
   out << YAML::EndMap;

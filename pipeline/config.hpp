@@ -34,6 +34,7 @@ struct TilerConfig {
   std::int64_t level = 0;      // pyramid level read
   double downsample = 1.0;     // extra downsampling of the read level
   double min_foreground = 0.0; // tiles with a smaller foreground fraction are dropped (0: keep all)
+  std::string foreground = "dark";  // dark (tissue on a bright slide) | bright (objects on black)
   std::int64_t max_tiles_per_image = 0;  // training only: random subset of this many tiles (0: all)
   std::int64_t resize_size = 224;        // mode resize only
 };

@@ -1,0 +1,78 @@
+#pragma once
+// The TBB flow graph of DESIGN.md that feeds tiles to the network:
+//
+//   input_node (serial: plans images lazily, emits one request per tile, in order)
+//     -> limiter_node (at most `tiles_in_flight` tiles between input and compute)
+//     -> function_node read + preprocess/augment (parallel, thread-safe region reads)
+//     -> sequencer_node (back into request order)
+//     -> function_node batching + compute (serial: the device step)
+//
+// A schedule is a list of jobs; a job is one pass over one image's tiles (training:
+// pass 1 then pass 2 of each image; evaluation: one pass). Tiles of the next job are
+// read while the current one computes, and pass 2's batches are exactly pass 1's:
+// same plan, same tiles, same per-tile augmentation seeds, same batch boundaries.
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "kernels/core/tensor.hpp"
+#include "pipeline/image_plan.hpp"
+#include "pipeline/preprocess.hpp"
+
+namespace bigtrain {
+
+struct StreamJob {
+  std::size_t image = 0;  // caller's image index (the planner's argument)
+  int pass = 0;           // caller's meaning (1 and 2 in training, 0 in evaluation)
+};
+
+struct TileBatch {
+  std::size_t job = 0;  // index into the schedule
+  std::size_t image = 0;
+  int pass = 0;
+  std::shared_ptr<const ImagePlan> plan;
+  std::int64_t first_tile = 0;  // rows [first_tile, first_tile + pixels.dim(0)) of the image
+  bool last_of_job = false;
+  Tensor pixels;  // host float32 [B, C, T, T]
+};
+
+struct StreamStats {
+  double seconds = 0.0;          // the whole run
+  double compute_seconds = 0.0;  // inside the consumer
+  double wait_seconds = 0.0;     // the consumer idle, waiting for tiles
+  std::int64_t tiles = 0;
+  std::int64_t batches = 0;
+  std::int64_t most_tiles_in_flight = 0;  // read or being read, not yet released by compute
+};
+
+struct TileStreamOptions {
+  std::int64_t tile_batch = 16;
+  std::int64_t tiles_in_flight = 0;  // 0: 4 batches; at least 2 batches
+  int threads = 0;                   // read/preprocess workers; 0: all cores
+};
+
+class TileStream {
+ public:
+  // The planner is called once per image, from one thread, when the stream reaches
+  // the image's first job; later jobs of the same image reuse its plan.
+  using Planner = std::function<ImagePlan(std::size_t image)>;
+  // Called for each batch in schedule order, from one thread at a time.
+  using Consumer = std::function<void(const TileBatch& batch)>;
+
+  TileStream(TileStreamOptions options, Preprocessing preprocessing);
+
+  // Runs the schedule to the end. An exception from the planner, a read or the
+  // consumer stops the stream and is rethrown here, the image's path prepended.
+  StreamStats run(const std::vector<StreamJob>& schedule, const Planner& planner, const Consumer& consumer);
+
+  std::int64_t tiles_in_flight() const { return tiles_in_flight_; }
+
+ private:
+  TileStreamOptions options_;
+  Preprocessing preprocessing_;
+  std::int64_t tiles_in_flight_;
+};
+
+}  // namespace bigtrain

@@ -1,0 +1,163 @@
+// The tile stream on real tiled TIFFs: batches arrive in schedule order with the
+// right tiles, pass 2 sees exactly pass 1's pixels (augmentation included), results
+// do not depend on the number of threads, and failures name the image.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <filesystem>
+#include <thread>
+
+#include "kernels/core/error.hpp"
+#include "pipeline/tile_stream.hpp"
+#include "tiler/tiff_writer.hpp"
+#include "tiler/tile_reader.hpp"
+
+namespace bigtrain {
+namespace {
+namespace fs = std::filesystem;
+
+class TileStreamTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           fmt::format("bigtrain_stream_{}", ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    for (int i = 0; i < 3; ++i) {
+      const std::string path = (dir_ / fmt::format("{}.tif", i)).string();
+      tiler::TiffWriteOptions options;
+      options.width = 100 + 20 * i;
+      options.height = 90;
+      options.channels = 1;
+      options.tile_size = 32;
+      tiler::write_tiff(path, options, [i](int, const cv::Rect& rect, cv::Mat& pixels) {
+        for (int y = 0; y < rect.height; ++y)
+          for (int x = 0; x < rect.width; ++x)
+            pixels.at<std::uint8_t>(y, x) = static_cast<std::uint8_t>((rect.x + x + 3 * (rect.y + y) + 50 * i) % 251);
+      });
+      paths_.push_back(path);
+    }
+    config_.tile = 32;
+    config_.overlap = 8;
+    config_.border = "pad";
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  Preprocessing preprocessing(bool augment) const {
+    Preprocessing p;
+    p.channels = 1;
+    p.mean = {0.5f};
+    p.std = {0.25f};
+    p.augment = augment;
+    p.augmentation = {true, true, 0.1, 0.2, 0.05};
+    return p;
+  }
+  TileStream::Planner planner() const {
+    return [this](std::size_t image) { return plan_image(paths_.at(image), config_, true, 1, 100 + image); };
+  }
+
+  fs::path dir_;
+  std::vector<std::string> paths_;
+  TilerConfig config_;
+};
+
+TEST_F(TileStreamTest, BatchesArriveInOrderWithTheRightPixels) {
+  TileStream stream({.tile_batch = 4, .tiles_in_flight = 8, .threads = 3}, preprocessing(false));
+  const std::vector<StreamJob> schedule = {{0, 1}, {0, 2}, {1, 1}, {1, 2}, {2, 0}};
+  std::vector<TileBatch> seen;
+  StreamStats stats = stream.run(schedule, planner(), [&](const TileBatch& batch) { seen.push_back(batch); });
+
+  std::size_t expected_job = 0;
+  std::int64_t expected_first = 0, tiles = 0;
+  for (const auto& batch : seen) {
+    if (batch.job != expected_job) {
+      EXPECT_EQ(batch.job, expected_job + 1);
+      EXPECT_EQ(batch.first_tile, 0);
+      expected_job = batch.job;
+      expected_first = 0;
+    }
+    EXPECT_EQ(batch.image, schedule[batch.job].image);
+    EXPECT_EQ(batch.pass, schedule[batch.job].pass);
+    EXPECT_EQ(batch.first_tile, expected_first);
+    const auto count = static_cast<std::int64_t>(batch.plan->tiles.size());
+    EXPECT_EQ(batch.pixels.dim(0), std::min<std::int64_t>(4, count - batch.first_tile));
+    EXPECT_EQ(batch.last_of_job, batch.first_tile + batch.pixels.dim(0) == count);
+    expected_first += batch.pixels.dim(0);
+    tiles += batch.pixels.dim(0);
+    // Each tile equals a direct read and preprocessing of its rectangle.
+    for (std::int64_t k = 0; k < batch.pixels.dim(0); ++k) {
+      const std::int64_t tile = batch.first_tile + k;
+      const cv::Mat pixels = tiler::read_tile(*batch.plan->source, batch.plan->sampling,
+                                              batch.plan->tiles[static_cast<std::size_t>(tile)]);
+      std::vector<float> expected(32 * 32);
+      preprocess_tile(pixels, preprocessing(false), 0, expected.data());
+      EXPECT_EQ(std::memcmp(expected.data(), batch.pixels.f32() + k * 32 * 32, expected.size() * sizeof(float)), 0)
+          << "image " << batch.image << " tile " << tile;
+    }
+  }
+  EXPECT_EQ(expected_job, schedule.size() - 1);
+  EXPECT_EQ(stats.tiles, tiles);
+  // 100x90 with tile 32, overlap 8 (stride 24), pad: 4 columns x 4 rows.
+  EXPECT_EQ(seen.front().plan->tiles.size(), 16u);
+  EXPECT_GE(stats.wait_seconds, 0.0);
+  EXPECT_LE(stats.wait_seconds + stats.compute_seconds, stats.seconds * 1.01 + 1e-3);
+}
+
+TEST_F(TileStreamTest, PassTwoRecomputesPassOneExactlyWhateverTheThreads) {
+  auto run = [&](int threads) {
+    TileStream stream({.tile_batch = 3, .tiles_in_flight = 6, .threads = threads}, preprocessing(true));
+    std::vector<std::vector<float>> pass1, pass2;
+    stream.run({{0, 1}, {0, 2}, {1, 1}, {1, 2}}, planner(), [&](const TileBatch& batch) {
+      (batch.pass == 1 ? pass1 : pass2).push_back(batch.pixels.to_vector());
+    });
+    EXPECT_EQ(pass1, pass2) << "pass 2 must see pass 1's augmented pixels";
+    return pass1;
+  };
+  const auto one = run(1), four = run(4);
+  EXPECT_EQ(one, four);
+  // Augmentation did something: the same tiles without it differ.
+  TileStream plain({.tile_batch = 3, .threads = 2}, preprocessing(false));
+  std::vector<std::vector<float>> unaugmented;
+  plain.run({{0, 1}, {1, 1}}, planner(), [&](const TileBatch& batch) { unaugmented.push_back(batch.pixels.to_vector()); });
+  EXPECT_NE(unaugmented, one);
+}
+
+TEST_F(TileStreamTest, TilesInFlightStayBounded) {
+  TileStream stream({.tile_batch = 2, .tiles_in_flight = 5, .threads = 4}, preprocessing(false));
+  std::int64_t consumed = 0;
+  // A slow consumer: reads pile up behind it and must stop at the limit.
+  const StreamStats stats = stream.run({{0, 1}, {1, 1}, {2, 1}}, planner(), [&](const TileBatch& batch) {
+    consumed += batch.pixels.dim(0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  });
+  EXPECT_EQ(stream.tiles_in_flight(), 5);
+  EXPECT_EQ(consumed, stats.tiles);
+  EXPECT_LE(stats.most_tiles_in_flight, 5);
+  EXPECT_GE(stats.most_tiles_in_flight, 2) << "the reads ran ahead of the consumer";
+}
+
+TEST_F(TileStreamTest, FailuresNameTheImage) {
+  TileStream stream({.tile_batch = 4}, preprocessing(false));
+  paths_[1] = (dir_ / "missing.tif").string();
+  try {
+    stream.run({{0, 1}, {1, 1}}, planner(), [](const TileBatch&) {});
+    FAIL() << "expected an Error";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("missing.tif"), std::string::npos) << error.what();
+  }
+  std::int64_t calls = 0;
+  try {
+    stream.run({{0, 1}}, planner(), [&](const TileBatch&) {
+      if (++calls == 2) throw Error("device step failed");
+    });
+    FAIL() << "expected an Error";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("device step failed"), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find("0.tif"), std::string::npos) << error.what();
+  }
+  EXPECT_EQ(calls, 2) << "the stream stops at the first failure";
+}
+
+}  // namespace
+}  // namespace bigtrain
