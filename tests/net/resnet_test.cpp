@@ -235,6 +235,54 @@ TEST(ResNet, ResNet18CpuEqualsReference) {
   EXPECT_EQ(reference.encoder().saved_count(), 0u);
 }
 
+// What the two-pass tile trainer relies on, on a whole encoder: pass 1 (nothing
+// kept, running statistics updated) and pass 2 (activations kept, no update)
+// compute the same features bit for bit, the statistics move once, and pass 1
+// holds no activation afterwards. Two tile batches kept at once and
+// backpropagated in reverse order give the same gradients as one after the other.
+TEST(ResNet, TwoPassRecomputationIsExact) {
+  ModelSpec spec = spec_of("resnet18", 1, 3);
+  spec.encoder.width = 0.25;
+  Model model(spec, 4);
+  Encoder& encoder = model.encoder();
+  const Tensor a = random_tensor({3, 1, 40, 40}, 1), b = random_tensor({2, 1, 40, 40}, 2);  // last batch smaller
+  ForwardContext pass1{.backend = Backend::cpu, .training = true, .keep_activations = false,
+                       .update_bn_running_stats = true};
+  ForwardContext pass2{.backend = Backend::cpu, .training = true, .keep_activations = true,
+                       .update_bn_running_stats = false};
+  const std::vector<double> features1 = to_doubles(encoder.forward(a, pass1));
+  EXPECT_EQ(encoder.saved_count(), 0u);
+  const StateDict after_pass1 = model.state_dict();
+  EXPECT_EQ(after_pass1.at("layer3.1.bn2.num_batches_tracked").to_int64(), 1);
+  const Tensor features2 = encoder.forward(a, pass2);
+  EXPECT_EQ(to_doubles(features2), features1);
+  EXPECT_TRUE(same_bytes(model.state_dict(), after_pass1)) << "pass 2 must not move running statistics";
+  const std::vector<double> ra = random_doubles(3 * 128, 3), rb = random_doubles(2 * 128, 4);
+  encoder.backward(from_doubles({3, 128}, ra));
+  EXPECT_EQ(encoder.saved_count(), 0u);
+
+  // Sequential: a then b, each forward+backward.
+  encoder.zero_grad();
+  encoder.forward(a, pass2);
+  encoder.backward(from_doubles({3, 128}, ra));
+  encoder.forward(b, pass2);
+  encoder.backward(from_doubles({2, 128}, rb));
+  std::vector<std::vector<double>> sequential;
+  for (Parameter* p : encoder.parameters()) sequential.push_back(to_doubles(p->grad));
+  // Whole graph: both kept, then b's backward and a's.
+  encoder.zero_grad();
+  encoder.forward(a, pass2);
+  encoder.forward(b, pass2);
+  encoder.backward(from_doubles({2, 128}, rb));
+  encoder.backward(from_doubles({3, 128}, ra));
+  std::vector<Parameter*> parameters = encoder.parameters();
+  for (std::size_t i = 0; i < parameters.size(); ++i)
+    // The same two per-batch gradients added to zero in the other order: float
+    // addition commutes, so bit for bit.
+    expect_close(to_doubles(parameters[i]->grad), sequential[i], parameters[i]->value.shape(), {0.0, 0.0},
+                 "whole-graph vs sequential " + parameters[i]->name);
+}
+
 // The first convolution skips the image gradient by default (nothing uses it).
 TEST(ResNet, EncoderSkipsTheImageGradientByDefault) {
   Model model(spec_of("small", 1, 3), 1);
