@@ -5,7 +5,20 @@
 //
 // state_dict() / load_state_dict() use torchvision's names and layouts (OIHW conv
 // weights, [out, in] fc weight, I64 num_batches_tracked), so a torchvision ResNet's
-// state_dict saved as safetensors loads as it is, and ours loads into torchvision.
+// state_dict saved as safetensors loads as it is, and ours loads into torchvision:
+//
+//   import torchvision, safetensors.torch
+//   m = torchvision.models.resnet50(weights="IMAGENET1K_V2")
+//   safetensors.torch.save_file(m.state_dict(), "resnet50.safetensors")
+//   # model: {preset: resnet50, in_channels: 1, num_classes: 2, pretrained: resnet50.safetensors}
+//   # loads with conv1 summed to one channel and a new 2-class head (both logged).
+//
+//   m.load_state_dict(safetensors.torch.load_file("bigtrain.safetensors"), strict=False)
+//   # the other way (strict=False only to skip entries a bigtrain checkpoint adds
+//   # beside the model's, e.g. an aggregator's or optimizer state).
+//
+// tests/net/torchvision_oracle.py writes and reads the format with struct and json
+// alone, for machines without the `safetensors` package.
 #include <cstdint>
 #include <memory>
 #include <string>

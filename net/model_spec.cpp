@@ -38,7 +38,10 @@ const std::map<std::string, Preset, std::less<>>& presets() {
 
 std::string location(std::string_view source, const YAML::Node& node) {
   const YAML::Mark mark = node.Mark();
-  if (mark.line < 0) return std::string(source);
+  // Nodes built in code or by YAML::Clone carry a null or all-zero mark: naming
+  // "line 1" for them would send the user to the wrong line, so name the source only
+  // (this also drops the line of a document's very first token, which is line 1).
+  if (mark.is_null() || (mark.pos == 0 && mark.line == 0 && mark.column == 0)) return std::string(source);
   return fmt::format("{}:{}", source, mark.line + 1);
 }
 

@@ -71,6 +71,25 @@ TEST(ModelSpec, UnknownKeyNamesLineAndValidKeys) {
   EXPECT_NE(stem.find("maxpool"), std::string::npos) << stem;
 }
 
+// A node copied with YAML::Clone (or built in code) has no position: the message
+// names the source without inventing a line.
+TEST(ModelSpec, NodesWithoutPositionNameTheSourceOnly) {
+  const YAML::Node original = YAML::Load("model:\n  preset: small\n  colour: red\n");
+  try {
+    model_spec_from_yaml(YAML::Clone(original["model"]), "run.yaml");
+    FAIL() << "expected an error";
+  } catch (const Error& error) {
+    const std::string message = error.what();
+    EXPECT_EQ(message.rfind("run.yaml: unknown key 'colour'", 0), 0u) << message;
+  }
+  try {
+    model_spec_from_yaml(original["model"], "run.yaml");
+    FAIL() << "expected an error";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("run.yaml:3:"), std::string::npos) << error.what();
+  }
+}
+
 TEST(ModelSpec, BadValuesNameLineAndChoices) {
   const std::string preset = error_of("in_channels: 1\npreset: resnet19\n");
   EXPECT_NE(preset.find("run.yaml:2"), std::string::npos) << preset;
