@@ -213,7 +213,9 @@ const char* layout_name(Layout layout) {
 }
 
 struct TiffSource::Reader {
-  Reader(const std::string& path) : handle(path, "r") {}
+  // "m": no memory mapping. Mapped pages of a multi-gigabyte file would count in
+  // the process RSS as tiles are read; plain reads keep memory flat.
+  explicit Reader(const std::string& path) : handle(path, "rm") {}
   TiffHandle handle;
   int level = -1;  // directory the handle is positioned on
   std::vector<uint8_t> block;
@@ -253,7 +255,7 @@ TiffSource::TiffSource(const std::string& path) {
   std::error_code ec;
   file_size_ = std::filesystem::file_size(path, ec);
   if (ec) throw Error(fmt::format("{}: cannot open: {}", path, ec.message()));
-  TiffHandle handle(path, "r");
+  TiffHandle handle(path, "rm");
   TIFF* tif = handle.get();
   std::string why;
   std::optional<Directory> full = describe(tif, file_size_, why);

@@ -11,7 +11,6 @@
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
-#include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
 #include <spdlog/spdlog.h>
 #include <tbb/global_control.h>
@@ -21,6 +20,7 @@
 #include "pipeline/cli/command_registry.hpp"
 #include "tiler/background.hpp"
 #include "tiler/image_source.hpp"
+#include "tiler/image_writer.hpp"
 #include "tiler/tile_grid.hpp"
 #include "tiler/tile_reader.hpp"
 
@@ -34,30 +34,6 @@ struct TilesArgs {
   std::optional<int> threshold;
   bool read = false, json = false;
 };
-
-// OpenCV writes BGR; sources give RGB.
-cv::Mat for_imwrite(const cv::Mat& rgb) {
-  if (rgb.channels() != 3) return rgb;
-  cv::Mat bgr;
-  cv::cvtColor(rgb, bgr, cv::COLOR_RGB2BGR);
-  return bgr;
-}
-
-// Writes under a temporary name with the same extension (imwrite picks the
-// encoder from it), then renames, so no half-written file is ever visible.
-void write_image(const std::filesystem::path& path, const cv::Mat& rgb) {
-  const std::filesystem::path temporary = path.parent_path() / fmt::format(".{}.tmp-{}{}", path.stem().string(), ::getpid(), path.extension().string());
-  bool ok = false;
-  try {
-    ok = cv::imwrite(temporary.string(), for_imwrite(rgb));
-  } catch (const cv::Exception& e) {
-    throw Error(fmt::format("{}: cannot write image: {}", path.string(), e.what()));
-  }
-  if (!ok) throw Error(fmt::format("{}: cannot write image (unknown extension or unwritable folder)", path.string()));
-  std::error_code ec;
-  std::filesystem::rename(temporary, path, ec);
-  if (ec) throw Error(fmt::format("{}: cannot move the written image into place: {}", path.string(), ec.message()));
-}
 
 double peak_rss_mb() {
   rusage usage{};
@@ -94,7 +70,7 @@ void draw_preview(const std::string& path, const tiler::Thumbnail& thumb, const 
                           cv::Point(static_cast<int>(std::ceil(r.br().x * sx)) - 1, static_cast<int>(std::ceil(r.br().y * sy)) - 1));
     cv::rectangle(canvas, scaled, kept[i] ? cv::Scalar(20, 160, 20) : cv::Scalar(200, 0, 0), 1);
   }
-  write_image(path, canvas);
+  tiler::write_image_file(path, canvas);
 }
 
 RegisterCommand tiles_command("tiles", [](CLI::App& app) {
@@ -157,7 +133,7 @@ RegisterCommand tiles_command("tiles", [](CLI::App& app) {
         const tiler::Tile& t = grid.tiles()[kept_indices[k]];
         cv::Mat pixels = tiler::read_tile(*source, sampling, t.rect, a->pad_value);
         if (!a->dump.empty())
-          write_image(std::filesystem::path(a->dump) / fmt::format("r{}_c{}_x{}_y{}.png", t.row, t.col, t.rect.x, t.rect.y), pixels);
+          tiler::write_image_file((std::filesystem::path(a->dump) / fmt::format("r{}_c{}_x{}_y{}.png", t.row, t.col, t.rect.x, t.rect.y)).string(), pixels);
         else
           checksum += pixels.ptr<uint8_t>(0)[0];  // keeps the read from being optimised away
       }, tbb::simple_partitioner());

@@ -4,6 +4,7 @@
 #include <opencv2/imgproc.hpp>
 
 #include "tiler/image_source.hpp"
+#include "tiler/image_writer.hpp"
 #include "tiler/tiff_writer.hpp"
 #include "tiler_test_support.hpp"
 
@@ -83,6 +84,25 @@ TEST(OpenCvSource, TruncatedPngBodyIsAnErrorOnRead) {
   std::filesystem::resize_file(path, 400);
   auto source = open_image(path);  // the header is intact
   testing::expect_error([&] { source->read_region(0, 0, 0, 10, 10); }, {path, "cannot decode"});
+}
+
+}  // namespace
+}  // namespace bigtrain::tiler
+
+namespace bigtrain::tiler {
+namespace {
+
+TEST(ImageWriter, PngTilesRoundTripExactlyInRgbAnd16Bit) {
+  testing::ScratchDir dir;
+  for (int type : {CV_8UC3, CV_16UC3, CV_8UC1, CV_16UC1}) {
+    const cv::Mat pixels = testing::expected_region(testing::hashed_value, 0, {0, 0, 37, 29}, type);
+    const std::string path = dir.file("tile.png");
+    write_image_file(path, pixels);
+    auto source = open_image(path);
+    ASSERT_EQ(source->info().cv_type(), type);
+    EXPECT_EQ(testing::max_abs_diff(source->read_region(0, 0, 0, 37, 29), pixels), 0) << "type " << type;
+  }
+  testing::expect_error([&] { write_image_file(dir.file("no-such-folder/x.png"), cv::Mat(4, 4, CV_8UC1)); }, {"no-such-folder/x.png"});
 }
 
 }  // namespace
