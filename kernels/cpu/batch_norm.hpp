@@ -1,5 +1,6 @@
 #pragma once
-// BatchNorm2d through oneDNN batch_normalization primitives, built once per spec.
+// BatchNorm2d on host NCHW tensors: per-channel OpenMP loops (see batch_norm.cpp
+// for why not oneDNN's batch_normalization primitive).
 #include <memory>
 
 #include "kernels/batch_norm.hpp"

@@ -42,6 +42,7 @@ const std::vector<BnCase>& cases() {
       {"spatial_1x1_after_pooling", bn(6, 5, 1, 1)},
       {"two_values_per_channel", bn(1, 2, 1, 2)},
       {"c64_batch8", bn(8, 64, 4, 4)},
+      {"planes_longer_than_a_summation_chunk", bn(2, 3, 40, 37)},  // 1480 > 1024 values per plane
       // Mean far from zero: a one-pass E[x^2]-E[x]^2 variance would lose it all.
       {"offset_mean_small_spread", bn(2, 3, 6, 5), 50.0f, 0.5f},
       // Variance far below epsilon: epsilon dominates, invstd ~ 1/sqrt(eps).
