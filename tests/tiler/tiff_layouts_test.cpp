@@ -227,3 +227,72 @@ TEST(TiffLayouts, ScanlineWrittenRgbStripsReadBack) {
 
 }  // namespace
 }  // namespace bigtrain::tiler
+
+namespace bigtrain::tiler {
+namespace {
+
+// YCbCr without JPEG goes through libtiff's RGBA block readers; libtiff's own
+// whole-image RGBA reader is the oracle for the block stitching and row order.
+TEST(TiffLayouts, UncompressedYCbCrMatchesLibtiffsWholeImageReader) {
+  // Striped only: a hand-written tiled YCbCr file was refused by libtiff's own
+  // reader (tile byte count mismatch), so it could not serve as a fixture.
+  for (bool tiled : {false}) {
+    SCOPED_TRACE(tiled ? "tiled" : "striped");
+    testing::ScratchDir dir;
+    const std::string path = dir.file("ycbcr.tif");
+    const int W = 37, H = 21;
+    {
+      TIFF* tif = TIFFOpen(path.c_str(), "w");
+      ASSERT_NE(tif, nullptr);
+      TIFFSetField(tif, TIFFTAG_IMAGEWIDTH, W);
+      TIFFSetField(tif, TIFFTAG_IMAGELENGTH, H);
+      TIFFSetField(tif, TIFFTAG_SAMPLESPERPIXEL, 3);
+      TIFFSetField(tif, TIFFTAG_BITSPERSAMPLE, 8);
+      TIFFSetField(tif, TIFFTAG_PHOTOMETRIC, PHOTOMETRIC_YCBCR);
+      TIFFSetField(tif, TIFFTAG_YCBCRSUBSAMPLING, 1, 1);
+      TIFFSetField(tif, TIFFTAG_PLANARCONFIG, PLANARCONFIG_CONTIG);
+      TIFFSetField(tif, TIFFTAG_COMPRESSION, COMPRESSION_NONE);
+      const int bw = tiled ? 16 : W, bh = tiled ? 16 : 5;
+      if (tiled) {
+        TIFFSetField(tif, TIFFTAG_TILEWIDTH, bw);
+        TIFFSetField(tif, TIFFTAG_TILELENGTH, bh);
+      } else {
+        TIFFSetField(tif, TIFFTAG_ROWSPERSTRIP, bh);
+      }
+      std::vector<uint8_t> block(bw * bh * 3);
+      for (int by = 0; by < H; by += bh)
+        for (int bx = 0; bx < W; bx += bw) {
+          for (int r = 0; r < bh; ++r)
+            for (int c = 0; c < bw; ++c)
+              for (int ch = 0; ch < 3; ++ch)  // chroma near neutral keeps RGB in range
+                block[(r * bw + c) * 3 + ch] = static_cast<uint8_t>(
+                    ch == 0 ? testing::hashed_value(0, bx + c, by + r, 0, 8) : 108 + testing::hashed_value(0, bx + c, by + r, ch, 8) % 40);
+          if (tiled) ASSERT_GE(TIFFWriteEncodedTile(tif, TIFFComputeTile(tif, bx, by, 0, 0), block.data(), block.size()), 0);
+          else ASSERT_GE(TIFFWriteEncodedStrip(tif, TIFFComputeStrip(tif, by, 0), block.data(), std::min(bh, H - by) * bw * 3), 0);
+        }
+      TIFFClose(tif);
+    }
+    cv::Mat expected(H, W, CV_8UC3);
+    {
+      TIFF* tif = TIFFOpen(path.c_str(), "r");
+      ASSERT_NE(tif, nullptr);
+      std::vector<uint32_t> raster(W * H);
+      ASSERT_EQ(TIFFReadRGBAImageOriented(tif, W, H, raster.data(), ORIENTATION_TOPLEFT, 0), 1);
+      for (int i = 0; i < W * H; ++i) {
+        expected.data[i * 3 + 0] = static_cast<uint8_t>(TIFFGetR(raster[i]));
+        expected.data[i * 3 + 1] = static_cast<uint8_t>(TIFFGetG(raster[i]));
+        expected.data[i * 3 + 2] = static_cast<uint8_t>(TIFFGetB(raster[i]));
+      }
+      TIFFClose(tif);
+    }
+    auto source = open_image(path);
+    EXPECT_EQ(source->info().photometric, "ycbcr");
+    for (const cv::Rect& region : {cv::Rect(0, 0, W, H), cv::Rect(13, 3, 20, 15), cv::Rect(W - 1, H - 1, 1, 1)}) {
+      cv::Mat got = source->read_region(0, region.x, region.y, region.width, region.height);
+      EXPECT_EQ(testing::max_abs_diff(got, expected(region)), 0) << region;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace bigtrain::tiler
