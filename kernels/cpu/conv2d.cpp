@@ -3,6 +3,8 @@
 #include <optional>
 #include <unordered_map>
 
+#include <spdlog/spdlog.h>
+
 #include "kernels/core/error.hpp"
 #include "kernels/cpu/dnnl_context.hpp"
 
@@ -97,6 +99,16 @@ class LayoutBridge {
   std::size_t bytes_ = 0;
 };
 
+// oneDNN silently falls back to its reference loops for shapes no optimised kernel
+// takes (measured 100x slower); say so once per layer, so a slow run has a cause.
+void warn_if_reference(const char* pass, const std::string& implementation, const Conv2dSpec& s) {
+  if (implementation.rfind("ref", 0) != 0) return;
+  spdlog::warn("conv2d (cpu) {}: oneDNN has no optimised kernel for input {} weight {} stride {}x{} padding {}x{} "
+               "dilation {}x{} groups {}; its reference implementation ({}) will be slow",
+               pass, shape_str(s.input_shape()), shape_str(s.weight_shape()), s.stride_h, s.stride_w, s.pad_h,
+               s.pad_w, s.dilation_h, s.dilation_w, s.groups, implementation);
+}
+
 // Scratchpad in user mode: oneDNN would otherwise malloc it inside every call.
 dnnl::primitive_attr user_scratchpad() {
   dnnl::primitive_attr attr;
@@ -136,6 +148,7 @@ class DnnlConv2d final : public Conv2d {
                                          activation_desc(dst_dims_), strides_, dilates_, padding_l_, padding_r_);
     fwd_pd_ = dnnl::convolution_forward::primitive_desc(desc, user_scratchpad(), engine());
     fwd_ = dnnl::convolution_forward(fwd_pd_);
+    warn_if_reference("forward", fwd_pd_.impl_info_str(), spec);
     fwd_src_.init(plain_desc(src_dims_), fwd_pd_.src_desc(), LayoutBridge::Role::input);
     fwd_weights_.init(plain_desc(weight_dims_), fwd_pd_.weights_desc(), LayoutBridge::Role::input);
     fwd_dst_.init(plain_desc(dst_dims_), fwd_pd_.dst_desc(), LayoutBridge::Role::output);
@@ -161,7 +174,7 @@ class DnnlConv2d final : public Conv2d {
   }
 
   void backward_data(const Tensor& dy, const Tensor& weight, Tensor& dx) override {
-    if (!bwd_data_) build_backward_data();
+    if (!bwd_data_) build_explained("backward-data", [&] { build_backward_data(); });
     Tensor diff_dst_tmp, weights_tmp, diff_src_tmp, scratch;
     bwd_data_diff_dst_.bind(dy.raw_data(), diff_dst_tmp);
     bwd_data_weights_.bind(weight.raw_data(), weights_tmp);
@@ -173,7 +186,7 @@ class DnnlConv2d final : public Conv2d {
   }
 
   void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dweight, Tensor* dbias) override {
-    if (!bwd_weights_) build_backward_weights();
+    if (!bwd_weights_) build_explained("backward-weights", [&] { build_backward_weights(); });
     Tensor src_tmp, diff_dst_tmp, diff_weights_tmp, scratch;
     bwd_weights_src_.bind(x.raw_data(), src_tmp);
     bwd_weights_diff_dst_.bind(dy.raw_data(), diff_dst_tmp);
@@ -186,6 +199,16 @@ class DnnlConv2d final : public Conv2d {
   }
 
  private:
+  template <typename Build>
+  void build_explained(const char* pass, Build&& build) {
+    try {
+      build();
+    } catch (const dnnl::error& e) {
+      throw Error(fmt::format("conv2d (cpu): oneDNN cannot build the {} primitive for input {} weight {}: {}", pass,
+                              shape_str(spec_.input_shape()), shape_str(spec_.weight_shape()), e.what()));
+    }
+  }
+
   // Backward primitives are built on first use: an inference-only layer never pays
   // for their JIT code and memory.
   void build_backward_data() {
@@ -204,6 +227,7 @@ class DnnlConv2d final : public Conv2d {
                       {DNNL_ARG_DIFF_SRC, bwd_data_diff_src_.primitive_memory()},
                       {DNNL_ARG_SCRATCHPAD, bwd_data_scratch_}};
     bwd_data_.emplace(bwd_data_pd_);
+    warn_if_reference("backward-data", bwd_data_pd_.impl_info_str(), spec_);
   }
 
   void build_backward_weights() {
@@ -225,6 +249,7 @@ class DnnlConv2d final : public Conv2d {
                          {DNNL_ARG_SCRATCHPAD, bwd_weights_scratch_}};
     if (spec_.bias) bwd_weights_args_[DNNL_ARG_DIFF_BIAS] = bwd_weights_diff_bias_;
     bwd_weights_.emplace(bwd_weights_pd_);
+    warn_if_reference("backward-weights", bwd_weights_pd_.impl_info_str(), spec_);
   }
 
   Conv2dSpec spec_;
