@@ -1,0 +1,51 @@
+#pragma once
+// The demo dataset: Megapixel-MNIST-style canvases (Katharopoulos & Fleuret 2019)
+// built from real MNIST digits. Each canvas is black with `label_digits` digits of
+// its class, `other_digits` digits of other classes (never a majority) and
+// line-shaped clutter, at 28 pixels per digit: the class is readable only at full
+// resolution (resized to 224, a 1500-pixel canvas shrinks digits to ~4 pixels).
+// Written as tiled, Deflate-compressed grayscale TIFFs with train/val/test manifests.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace bigtrain {
+
+struct MnistDigits {
+  std::int64_t count = 0;
+  std::vector<std::uint8_t> pixels;  // count x 28 x 28, 0 = background
+  std::vector<int> labels;
+  const std::uint8_t* image(std::int64_t index) const { return pixels.data() + index * 28 * 28; }
+};
+
+// Reads MNIST's gzip'd IDX pair (as scripts/fetch_mnist writes them). Throws Error
+// naming the file for anything that is not a well-formed IDX file.
+MnistDigits load_mnist(const std::string& images_gz, const std::string& labels_gz);
+// The pair from a folder holding mnist-images-idx3-ubyte.gz and mnist-labels-idx1-ubyte.gz.
+MnistDigits load_mnist_folder(const std::string& folder);
+
+struct DemoDataOptions {
+  std::string out;
+  std::int64_t size = 1500;            // canvas width = height, pixels
+  std::vector<int> classes = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
+  std::int64_t train = 400, val = 100, test = 100;  // images per split (classes balanced)
+  int label_digits = 3;
+  int other_digits = 2;
+  int clutter_lines = -1;  // -1: 50 per 1500x1500, scaled with the area
+  int tile_size = 256;     // of the TIFF storage
+  std::uint64_t seed = 0;
+  // Training canvases draw digits from the first `train_digit_fraction` of MNIST,
+  // validation and test canvases from the rest: no digit image appears in both.
+  double train_digit_fraction = 0.8;
+};
+
+struct DemoDataSummary {
+  std::int64_t images = 0;
+  std::vector<std::string> manifests;  // train.csv, val.csv, test.csv (those with images)
+};
+
+// Writes <out>/<split>/<index>.tif and <out>/<split>.csv (`path,label`, label = the
+// digit). Deterministic for a seed; images are built in parallel.
+DemoDataSummary make_demo_data(const DemoDataOptions& options, const MnistDigits& digits);
+
+}  // namespace bigtrain
