@@ -9,9 +9,11 @@
 #include <vector>
 
 #include "kernels/conv2d.hpp"
+#include "kernels/cross_entropy.hpp"
 #include "kernels/core/error.hpp"
 #include "kernels/device_select.hpp"
 #include "kernels/elementwise.hpp"
+#include "kernels/upload.hpp"
 #include "tests/support/op_check.hpp"
 
 #ifdef BIGTRAIN_HAVE_CUDA
@@ -72,6 +74,23 @@ TEST(CudaOpsWithoutGpu, CreatingAnOpNamesTheReason) {
   // A device tensor cannot be made either, and says so.
   const std::string tensor_message = error_of([] { Tensor::empty({4}, DType::f32, Device::cuda()); });
   EXPECT_NE(tensor_message.find("cuda"), std::string::npos) << tensor_message;
+}
+
+// The device-neutral upload the pipeline uses: a no-op share on the host
+// backends, a copy on the copy stream for cuda.
+TEST(Upload, HostBackendsShareTheTensorAndCudaCopiesIt) {
+  const Tensor host = random_tensor({2, 3, 5}, 3);
+  for (Backend backend : {Backend::reference, Backend::cpu}) {
+    PendingUpload upload = upload_async(backend, host);
+    const Tensor same = upload.get();
+    EXPECT_EQ(same.raw_data(), host.raw_data()) << backend_name(backend);
+  }
+  EXPECT_THROW(upload_async(Backend::cpu, Tensor()), Error);
+  if (auto reason = testing::backend_unavailable(Backend::cuda)) GTEST_SKIP() << "cuda part: " << *reason;
+  PendingUpload upload = upload_async(Backend::cuda, host);
+  const Tensor device = upload.get();
+  EXPECT_TRUE(device.device().is_cuda());
+  EXPECT_EQ(device.to_vector(), host.to_vector());
 }
 
 #ifdef BIGTRAIN_HAVE_CUDA
@@ -143,6 +162,17 @@ TEST_F(CudaContext, WorkspaceGrowsAndIsCounted) {
   EXPECT_GE(allocator_for(Device::cuda(0)).stats().current_bytes, large)
       << "the workspace is device memory from the counted allocator";
   context.synchronize();
+}
+
+// Targets live on the device but are checked on the host, with the CPU's message.
+TEST_F(CudaContext, CrossEntropyRejectsATargetOutOfRange) {
+  const Tensor logits = random_tensor({4, 3}, 5, -1.0f, 1.0f, Device::cuda(0));
+  Tensor targets = Tensor::zeros({4}, DType::i32);
+  targets.data<std::int32_t>()[2] = 3;
+  Tensor grad = Tensor::empty({4, 3}, DType::f32, Device::cuda(0));
+  const std::string message =
+      error_of([&] { cross_entropy(Backend::cuda, logits, targets.to(Device::cuda(0)), nullptr, {}, grad); });
+  EXPECT_NE(message.find("target 3 of sample 2 is outside [0, 3)"), std::string::npos) << message;
 }
 
 #endif  // BIGTRAIN_HAVE_CUDA
