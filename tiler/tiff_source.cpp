@@ -381,7 +381,6 @@ void TiffSource::read_blocks(Reader& r, int level, int64_t x, int64_t y, cv::Mat
   const int copy = S.separate_planes ? 1 : info_.channels;
   const tmsize_t block_bytes = tiled ? TIFFTileSize(tif) : TIFFStripSize(tif);
   if (block_bytes <= 0) r.handle.fail(fmt::format("invalid {} size at level {}", tiled ? "tile" : "strip", level));
-  if (r.block.size() < static_cast<size_t>(block_bytes)) r.block.resize(block_bytes);
 
   const int64_t w = out.cols, h = out.rows;
   for (int64_t by = y / bh; by <= (y + h - 1) / bh; ++by) {
@@ -400,6 +399,9 @@ void TiffSource::read_blocks(Reader& r, int level, int64_t x, int64_t y, cv::Mat
           r.handle.fail(fmt::format("{} {} of level {} lies outside the file (offset {}, {} bytes, file size {}): "
                                     "the file is truncated or corrupt",
                                     kind, index, level, offset, bytes, file_size_));
+        // Allocated only once a block is known to lie in the file: a tiny hostile file
+        // declaring huge blocks must not cost a 256 MiB buffer per read.
+        if (r.block.size() < static_cast<size_t>(block_bytes)) r.block.resize(block_bytes);
         const tmsize_t got = tiled ? TIFFReadEncodedTile(tif, index, r.block.data(), block_bytes)
                                    : TIFFReadEncodedStrip(tif, index, r.block.data(), block_bytes);
         const int64_t rows_needed = y1 - by * bh;
