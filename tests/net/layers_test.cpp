@@ -127,7 +127,10 @@ TEST_P(LayerTest, GradientsMatchFiniteDifferences) {
   const LayerCase& c = layer_case();
   auto layer = make_on(c, backend());
   const Tensor x = on_backend(random_tensor(c.input, 11), backend());
-  check_layer_gradients(*layer, x, context(backend(), c), c.kinks, c.name, c.step);
+  // The reference is checked on 48 elements per tensor; the other backends on 8, as
+  // MatchesReferenceBackend already ties every one of their gradients to it.
+  const std::size_t elements = backend() == Backend::reference ? 48 : 8;
+  check_layer_gradients(*layer, x, context(backend(), c), c.kinks, c.name, c.step, elements);
 }
 
 TEST_P(LayerTest, MatchesReferenceBackend) {
