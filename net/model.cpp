@@ -111,8 +111,14 @@ LoadReport Model::load_state_dict(const StateDict& state, const LoadOptions& opt
     }
   }
 
-  // Check everything first and convert into new tensors; assign only when all fits.
-  std::vector<std::pair<Tensor*, Tensor>> assignments;
+  // Check everything first, assign only when all fits; convert one tensor at a time
+  // then, so loading holds the checkpoint plus one tensor, not two copies of it.
+  struct Assignment {
+    Tensor* target;
+    const StoredTensor* stored;
+    bool sum_input_channels;
+  };
+  std::vector<Assignment> assignments;
   std::vector<std::pair<Counter*, std::int64_t>> counter_values;
   auto take_float = [&](const std::string& name, Tensor& target) {
     if (used.contains(name)) return;  // re-initialised head
@@ -128,21 +134,20 @@ LoadReport Model::load_state_dict(const StateDict& state, const LoadOptions& opt
                                      stored_dtype_name(stored.dtype)));
       return;
     }
-    Tensor value = stored.to_f32();
-    if (name == stem_weight && options.grayscale_transfer && target.rank() == 4 && target.dim(1) == 1 &&
-        stored.shape.size() == 4 && stored.shape[1] == 3 && stored.shape[0] == target.dim(0) &&
-        stored.shape[2] == target.dim(2) && stored.shape[3] == target.dim(3)) {
-      value = sum_input_channels(value);
+    const bool gray = name == stem_weight && options.grayscale_transfer && target.rank() == 4 &&
+                      target.dim(1) == 1 && stored.shape.size() == 4 && stored.shape[1] == 3 &&
+                      stored.shape[0] == target.dim(0) && stored.shape[2] == target.dim(2) &&
+                      stored.shape[3] == target.dim(3);
+    if (gray) {
       report.grayscale_transferred = true;
       report.notes.push_back(
           fmt::format("{} has 3 input channels in {}, the model 1: summed over input channels", name, source));
-    }
-    if (value.shape() != target.shape()) {
+    } else if (stored.shape != target.shape()) {
       problems.push_back(fmt::format("shape: {} is {} in {}, the model has {}", name, shape_str(stored.shape), source,
                                      shape_str(target.shape())));
       return;
     }
-    assignments.emplace_back(&target, std::move(value));
+    assignments.push_back({&target, &stored, gray});
   };
   for (Parameter* parameter : refs.parameters) take_float(parameter->name, parameter->value);
   for (Buffer* buffer : refs.buffers) take_float(buffer->name, buffer->value);
@@ -167,7 +172,10 @@ LoadReport Model::load_state_dict(const StateDict& state, const LoadOptions& opt
                             spec_.encoder.preset, spec_.encoder.in_channels, spec_.num_classes, problems.size(),
                             fmt::join(problems, "\n  ")));
 
-  for (auto& [target, value] : assignments) target->copy_from(value);
+  for (const Assignment& assignment : assignments) {
+    const Tensor value = assignment.stored->to_f32();
+    assignment.target->copy_from(assignment.sum_input_channels ? sum_input_channels(value) : value);
+  }
   for (auto& [counter, value] : counter_values) counter->value = value;
   if (report.head_reinitialised) head_->reset_parameters(seed_);
   for (const std::string& note : report.notes) spdlog::info("loading weights: {}", note);

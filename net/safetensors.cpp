@@ -165,24 +165,37 @@ std::int64_t StoredTensor::to_int64() const {
   }
 }
 
-SafetensorsFile parse_safetensors(std::span<const std::byte> contents, const std::string& source) {
-  BT_CHECK(contents.size() >= 8, "{}: not a safetensors file: {} bytes, shorter than the 8-byte header length",
-           source, contents.size());
-  const auto header_bytes = load_unaligned<std::uint64_t>(contents.data());
-  BT_CHECK(header_bytes <= kMaxHeaderBytes && header_bytes <= contents.size() - 8,
+namespace {
+
+// Where each tensor's bytes are, from a header checked against the data size.
+struct Layout {
+  std::uint64_t header_bytes = 0;
+  SafetensorsFile file;  // tensors with dtype and shape; bytes not yet filled
+  std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> ranges;  // [begin, end) in the data section
+};
+
+std::uint64_t header_length(std::span<const std::byte> first8, std::uint64_t file_size, const std::string& source) {
+  BT_CHECK(file_size >= 8, "{}: not a safetensors file: {} bytes, shorter than the 8-byte header length", source,
+           file_size);
+  const auto header_bytes = load_unaligned<std::uint64_t>(first8.data());
+  BT_CHECK(header_bytes <= kMaxHeaderBytes && header_bytes <= file_size - 8,
            "{}: corrupt safetensors file: header length {} exceeds the file ({} bytes)", source, header_bytes,
-           contents.size());
-  const auto* header_begin = reinterpret_cast<const char*>(contents.data() + 8);
+           file_size);
+  return header_bytes;
+}
+
+Layout parse_layout(std::string_view header_text, std::uint64_t header_bytes, std::uint64_t data_size,
+                    const std::string& source) {
   nlohmann::json header;
   try {
-    header = nlohmann::json::parse(header_begin, header_begin + header_bytes);
+    header = nlohmann::json::parse(header_text.begin(), header_text.end());
   } catch (const nlohmann::json::exception& error) {
     throw Error(fmt::format("{}: corrupt safetensors file: header is not valid JSON ({})", source, error.what()));
   }
   BT_CHECK(header.is_object(), "{}: corrupt safetensors file: header is not a JSON object", source);
-  const std::span<const std::byte> data = contents.subspan(8 + header_bytes);
-
-  SafetensorsFile file;
+  Layout layout;
+  layout.header_bytes = header_bytes;
+  SafetensorsFile& file = layout.file;
   for (const auto& [name, entry] : header.items()) {
     if (name == "__metadata__") {
       BT_CHECK(entry.is_object(), "{}: __metadata__ must be an object of strings", source);
@@ -209,36 +222,65 @@ SafetensorsFile parse_safetensors(std::span<const std::byte> contents, const std
       BT_CHECK(extent.is_number_unsigned(), "{}: tensor '{}': shape has a non-integer or negative extent", source,
                name);
       const auto value = extent.get<std::uint64_t>();
-      BT_CHECK(value == 0 || count <= data.size() / value, "{}: tensor '{}': shape is larger than the file", source,
+      BT_CHECK(value == 0 || count <= data_size / value, "{}: tensor '{}': shape is larger than the file", source,
                name);
       count *= value;
       tensor.shape.push_back(static_cast<std::int64_t>(value));
     }
     const auto begin = offsets[0].get<std::uint64_t>();
     const auto end = offsets[1].get<std::uint64_t>();
-    BT_CHECK(begin <= end && end <= data.size(),
+    BT_CHECK(begin <= end && end <= data_size,
              "{}: corrupt safetensors file: tensor '{}' spans bytes [{}, {}) of a {}-byte data section (truncated?)",
-             source, name, begin, end, data.size());
+             source, name, begin, end, data_size);
     const std::uint64_t expected = count * stored_dtype_size(tensor.dtype);
     BT_CHECK(end - begin == expected, "{}: tensor '{}': {} {} of shape {} needs {} bytes, data_offsets give {}",
              source, name, count, dtype.get<std::string>(), shape_str(tensor.shape), expected, end - begin);
-    tensor.bytes.assign(data.begin() + static_cast<std::ptrdiff_t>(begin),
-                        data.begin() + static_cast<std::ptrdiff_t>(end));
+    layout.ranges[name] = {begin, end};
     file.tensors.emplace(name, std::move(tensor));
   }
-  return file;
+  return layout;
 }
 
+}  // namespace
+
+SafetensorsFile parse_safetensors(std::span<const std::byte> contents, const std::string& source) {
+  const std::uint64_t header_bytes = header_length(contents.first(std::min<std::size_t>(8, contents.size())),
+                                                   contents.size(), source);
+  const std::string_view header_text(reinterpret_cast<const char*>(contents.data() + 8), header_bytes);
+  const std::span<const std::byte> data = contents.subspan(8 + header_bytes);
+  Layout layout = parse_layout(header_text, header_bytes, data.size(), source);
+  for (auto& [name, tensor] : layout.file.tensors) {
+    const auto [begin, end] = layout.ranges.at(name);
+    tensor.bytes.assign(data.begin() + static_cast<std::ptrdiff_t>(begin),
+                        data.begin() + static_cast<std::ptrdiff_t>(end));
+  }
+  return std::move(layout.file);
+}
+
+// Reads the header, then each tensor straight into its own buffer: the file is
+// never held twice (a ResNet-101 checkpoint is 170 MB).
 SafetensorsFile read_safetensors(const std::filesystem::path& path) {
+  const std::string source = path.string();
   std::ifstream stream(path, std::ios::binary);
-  BT_CHECK(stream.good(), "{}: cannot open checkpoint: {}", path.string(), std::strerror(errno));
+  BT_CHECK(stream.good(), "{}: cannot open checkpoint: {}", source, std::strerror(errno));
   stream.seekg(0, std::ios::end);
-  const auto size = static_cast<std::size_t>(stream.tellg());
+  const auto size = static_cast<std::uint64_t>(stream.tellg());
   stream.seekg(0);
-  std::vector<std::byte> contents(size);
-  stream.read(reinterpret_cast<char*>(contents.data()), static_cast<std::streamsize>(size));
-  BT_CHECK(stream.good() || size == 0, "{}: read failed", path.string());
-  return parse_safetensors(contents, path.string());
+  std::array<std::byte, 8> first8{};
+  if (size >= 8) stream.read(reinterpret_cast<char*>(first8.data()), 8);
+  const std::uint64_t header_bytes = header_length(first8, size, source);
+  std::string header_text(header_bytes, '\0');
+  stream.read(header_text.data(), static_cast<std::streamsize>(header_bytes));
+  BT_CHECK(stream.good(), "{}: read of the header failed", source);
+  Layout layout = parse_layout(header_text, header_bytes, size - 8 - header_bytes, source);
+  for (auto& [name, tensor] : layout.file.tensors) {
+    const auto [begin, end] = layout.ranges.at(name);
+    tensor.bytes.resize(end - begin);
+    stream.seekg(static_cast<std::streamoff>(8 + header_bytes + begin));
+    stream.read(reinterpret_cast<char*>(tensor.bytes.data()), static_cast<std::streamsize>(end - begin));
+    BT_CHECK(stream.good() || end == begin, "{}: read of tensor '{}' failed", source, name);
+  }
+  return std::move(layout.file);
 }
 
 void write_safetensors(const std::filesystem::path& path, const SafetensorsFile& file) {
@@ -279,6 +321,13 @@ void write_safetensors(const std::filesystem::path& path, const SafetensorsFile&
   if (error) {
     std::filesystem::remove(temp);
     throw Error(fmt::format("{}: cannot rename {} into place: {}", path.string(), temp.string(), error.message()));
+  }
+  // The rename itself is durable only once the folder's entry is on disk.
+  const std::filesystem::path folder = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
+  const int dir_fd = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd >= 0) {
+    ::fsync(dir_fd);
+    ::close(dir_fd);
   }
 }
 

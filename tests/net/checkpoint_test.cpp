@@ -93,6 +93,11 @@ TEST_F(Checkpoint, SafetensorsRoundTrip) {
     EXPECT_EQ(read.bytes, tensor.bytes) << name;
   }
   EXPECT_EQ(back.tensors.at("scalar").to_int64(), -123456789012345);
+  // The in-memory parser reads the same.
+  const SafetensorsFile parsed = parse_safetensors(bytes, "memory");
+  EXPECT_EQ(parsed.metadata, file.metadata);
+  for (const auto& [name, tensor] : file.tensors) EXPECT_EQ(parsed.tensors.at(name).bytes, tensor.bytes) << name;
+  EXPECT_THROW(parse_safetensors(std::span(bytes).first(bytes.size() - 4), "memory"), Error);
   EXPECT_EQ(back.tensors.at("labels").dtype, StoredDType::I32);
 }
 
