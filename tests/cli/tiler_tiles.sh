@@ -42,8 +42,11 @@ expect "preview signature" "$(head -c 4 "$work/preview.png" | od -An -tx1 | tr -
 # A dumped tile is a 128x128 8-bit RGB PNG (IHDR: width, height, depth 8, colour type 2).
 first=$(ls "$work/tiles" | head -1)
 expect "dump IHDR" "$(od -An -tx1 -j16 -N10 "$work/tiles/$first" | tr -d ' \n')" 00000080000000800802
-# The tile at r1_c2 starts at x=256, y=128.
-[ ! -e "$work/tiles/r1_c2_x256_y128.png" ] || [ -s "$work/tiles/r1_c2_x256_y128.png" ]
+# Names carry the tile's place: with overlap 0, x = col * 128 and y = row * 128.
+for name in $(ls "$work/tiles"); do
+  IFS=_ read -r r c x y <<<"${name%.png}"
+  [ "${x#x}" -eq $((${c#c} * 128)) ] && [ "${y#y}" -eq $((${r#r} * 128)) ] || { echo "misplaced name $name"; exit 1; }
+done
 
 # 16-bit grey stays 16-bit: IHDR depth 16, colour type 0.
 "$bigtrain" make-image "$work/grey16.tif" --size 200x100 --strip 8 --bits 16 --channels 1
