@@ -2,6 +2,7 @@
 // same float inputs, and the reference's gradients against finite differences.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -178,6 +179,36 @@ TEST_P(Conv2dReferenceGradients, MatchFiniteDifferences) {
 
 INSTANTIATE_TEST_SUITE_P(Cases, Conv2dReferenceGradients, ::testing::ValuesIn(cases()),
                          [](const auto& info) { return case_name(info.param); });
+
+// "Same seed, same result, bit for bit, on the CPU": a fresh object with the same
+// spec and inputs reproduces every output exactly (oneDNN partitions its work, and
+// so orders its sums, by shape and thread count only).
+class Conv2dHostDeterminism : public ::testing::TestWithParam<Backend> {};
+
+TEST_P(Conv2dHostDeterminism, FreshObjectsReproduceOutputsBitwise) {
+  const Backend backend = GetParam();
+  for (const char* name : {"wide32_k3", "stem_k7_stride2_pad3"}) {  // blocked layouts; the nhwc stem path
+    const ConvCase& c = *std::find_if(cases().begin(), cases().end(), [&](const ConvCase& k) { return k.name == name; });
+    SCOPED_TRACE(c.name);
+    const Conv2dSpec& s = c.spec;
+    const Tensor x = random_tensor(s.input_shape(), 1), w = random_tensor(s.weight_shape(), 2),
+                 b = random_tensor({s.out_channels}, 3), dy = random_tensor(s.output_shape(), 4);
+    std::vector<std::vector<float>> runs[2];
+    for (auto& outputs : runs) {
+      auto op = make_conv2d(backend, s);
+      Tensor y = Tensor::empty(s.output_shape()), dx = Tensor::empty(s.input_shape()),
+             dw = Tensor::empty(s.weight_shape()), db = Tensor::empty({s.out_channels});
+      op->forward(x, w, s.bias ? &b : nullptr, y);
+      op->backward_data(dy, w, dx);
+      op->backward_weights(x, dy, dw, s.bias ? &db : nullptr);
+      outputs = {y.to_vector(), dx.to_vector(), dw.to_vector(), s.bias ? db.to_vector() : std::vector<float>{}};
+    }
+    EXPECT_TRUE(runs[0] == runs[1]) << "outputs differ between two objects built from the same spec";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(HostBackends, Conv2dHostDeterminism, ::testing::Values(Backend::reference, Backend::cpu),
+                         backend_param_name);
 
 class Conv2dErrors : public ::testing::TestWithParam<Backend> {};
 
