@@ -1,7 +1,8 @@
 // Fuzz target for the image reader: the input bytes become a file, which is opened
-// with open_image (header only), described, and read back at a few regions of every
-// level: whole small levels, the corners of large ones, and one region placed by a
-// hash of the input so different inputs probe different blocks.
+// with open_image (header only; every format), described, and, for TIFF and BigTIFF,
+// read back at a few regions of every level: whole small levels, the corners of
+// large ones, and one region placed by a hash of the input so different inputs
+// probe different blocks.
 //
 // Invariants checked beyond "no crash": every failure is a bigtrain::Error naming
 // the file; a successful read returns exactly the requested size and pixel type.
@@ -98,6 +99,11 @@ int bigtrain_fuzz_one_input(const std::uint8_t* data, std::size_t size) {
   }
   const ImageInfo& info = source->info();
   check_info(info);
+  // PNG/JPEG/BMP headers are parsed by bigtrain (fuzzed above), but their pixels are
+  // decoded whole by OpenCV, which allocates the declared size (up to 2^30 pixels)
+  // before it finds the data missing: a known limit of whole-image formats
+  // (tests/fuzz/README.md), not something fuzzing should rediscover every run.
+  if (info.format != "tiff" && info.format != "bigtiff") return 0;
   // Regions stay small: the reader's bounds on block sizes are what is under test,
   // not how fast it fills a large region.
   constexpr int64_t kWholeLevelPixels = 256 * 256, kCorner = 64, kProbe = 96;
