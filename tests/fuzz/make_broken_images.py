@@ -19,7 +19,8 @@ import zlib
 SHORT, LONG = 3, 4
 TAG = dict(subfile=254, width=256, height=257, bits=258, compression=259, photometric=262,
            strip_offsets=273, spp=277, rows_per_strip=278, strip_counts=279, planar=284,
-           tile_width=322, tile_length=323, tile_offsets=324, tile_counts=325, sample_format=339)
+           tile_width=322, tile_length=323, tile_offsets=324, tile_counts=325, sample_format=339,
+           ycbcr_subsampling=530)
 
 
 def tiff(entries, data=b"", data_offset=None, pad_to=0):
@@ -143,6 +144,17 @@ def main():
     white["strip_offsets"] = (LONG, data_at)
     with open(os.path.join(seed_dir, "handmade-min-is-white-grey.tif"), "wb") as f:
         f.write(tiff(white, bytes(range(256)))[0])
+
+    # Uncompressed YCbCr with 2x2 chroma subsampling: the reader's RGBA path. Each 2x2
+    # block is stored as 4 Y samples, then Cb and Cr.
+    ycbcr = dict(width=(LONG, 16), height=(LONG, 16), bits=(SHORT, [8, 8, 8]), compression=(SHORT, 1),
+                 photometric=(SHORT, 6), spp=(SHORT, 3), rows_per_strip=(LONG, 16), strip_offsets=(LONG, 0),
+                 strip_counts=(LONG, 64 * 6), ycbcr_subsampling=(SHORT, [2, 2]))
+    _, data_at = tiff(ycbcr)
+    ycbcr["strip_offsets"] = (LONG, data_at)
+    blocks = b"".join(bytes([60 + i, 70 + i, 80 + i, 90 + i, 100 + i, 150 - i]) for i in range(64))
+    with open(os.path.join(seed_dir, "handmade-ycbcr-subsampled.tif"), "wb") as f:
+        f.write(tiff(ycbcr, blocks)[0])
 
     # Seeded byte flips in the compressed data of the valid image: candidates
     # 0..N-1; tests/fuzz/README.md lists which were dropped because they still decode.
