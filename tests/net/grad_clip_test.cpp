@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -36,8 +37,9 @@ std::vector<Parameter*> pointers(const std::vector<std::unique_ptr<Parameter>>& 
   return out;
 }
 
+// For each max_norm (one PyTorch process for all: importing torch dominates the time),
 // PyTorch's total norm, then its clipped gradients, flattened in order.
-std::vector<double> torch_clip(const std::vector<Parameter*>& params, double max_norm) {
+std::vector<std::vector<double>> torch_clip(const std::vector<Parameter*>& params, const std::vector<double>& max_norms) {
   std::string grads;
   for (const Parameter* p : params)
     grads += p->grad.defined() ? fmt::format("  torch.tensor({}).reshape({}),\n", testing::python_list(p->grad.to_vector()),
@@ -47,19 +49,25 @@ std::vector<double> torch_clip(const std::vector<Parameter*>& params, double max
 import torch
 grads = [
 {}]
-params = []
-for g in grads:
-    p = torch.nn.Parameter(torch.zeros(1) if g is None else torch.zeros_like(g))
-    p.grad = g
-    params.append(p)
-total = torch.nn.utils.clip_grad_norm_(params, {})
-print(repr(total.item()))
-for p in params:
-    if p.grad is not None:
-        print(" ".join(repr(v) for v in p.grad.flatten().tolist()))
+for max_norm in [{}]:
+    params = []
+    for g in grads:
+        p = torch.nn.Parameter(torch.zeros(1) if g is None else torch.zeros_like(g))
+        p.grad = None if g is None else g.clone()
+        params.append(p)
+    total = torch.nn.utils.clip_grad_norm_(params, max_norm)
+    values = [total.item()]
+    for p in params:
+        if p.grad is not None:
+            values += p.grad.flatten().tolist()
+    print(" ".join(repr(v) for v in values))
 )",
-                                         grads, max_norm);
-  return testing::parse_numbers(testing::run_torch_script(script));
+                                         grads, fmt::join(max_norms, ", "));
+  std::vector<std::vector<double>> results;
+  std::istringstream lines(testing::run_torch_script(script));
+  std::string line;
+  while (std::getline(lines, line)) results.push_back(testing::parse_numbers(line));
+  return results;
 }
 
 class GradClip : public ::testing::TestWithParam<Backend> {};
@@ -68,10 +76,17 @@ TEST_P(GradClip, MatchesTorchWhenClippingAndWhenNot) {
   BT_SKIP_UNLESS_AVAILABLE(GetParam());
   if (auto reason = testing::torch_unavailable_reason(); !reason.empty()) GTEST_SKIP() << reason;
   // The gradients' norm is about 6.2: 1.0 clips, 100 leaves them alone.
-  for (double max_norm : {1.0, 100.0}) {
+  const std::vector<double> max_norms{1.0, 100.0};
+  const auto all_expected = [&] {
+    auto owned = make_params(GetParam());
+    return torch_clip(pointers(owned), max_norms);
+  }();
+  ASSERT_EQ(all_expected.size(), max_norms.size());
+  for (std::size_t m = 0; m < max_norms.size(); ++m) {
+    const double max_norm = max_norms[m];
+    const std::vector<double>& expected = all_expected[m];
     auto owned = make_params(GetParam());
     const auto params = pointers(owned);
-    const auto expected = torch_clip(params, max_norm);
     const double total = clip_grad_norm(GetParam(), params, {.max_norm = max_norm});
     // PyTorch sums float32 per-tensor norms; we accumulate squares in double. 1e-6
     // relative is a few float32 ulp of the norm.

@@ -31,89 +31,91 @@ std::string torch_main_scheduler(const LrScheduleConfig& c) {
   return "";
 }
 
-// PyTorch's rates for kSteps optimizer steps, group after group within each step.
-std::vector<double> torch_rates(const LrScheduleConfig& c) {
-  std::string scheduler = torch_main_scheduler(c);
-  if (c.warmup_steps > 0)
-    scheduler = fmt::format(
-        "S.SequentialLR(optimizer, [S.LinearLR(optimizer, start_factor={}, end_factor=1.0, total_iters={}), {}], "
-        "milestones=[{}])",
-        c.warmup_start_factor, c.warmup_steps, scheduler, c.warmup_steps);
-  const std::string script = fmt::format(R"(
-import warnings
-warnings.filterwarnings("ignore")
-import torch
-import torch.optim.lr_scheduler as S
-params = [torch.nn.Parameter(torch.zeros(1)), torch.nn.Parameter(torch.zeros(1))]
-optimizer = torch.optim.SGD([{{"params": [params[0]], "lr": {}}}, {{"params": [params[1]], "lr": {}}}], lr=1.0)
-scheduler = {}
-for step in range({}):
-    print(" ".join(repr(g["lr"]) for g in optimizer.param_groups))
-    optimizer.step()
-    scheduler.step()
-)",
-                                         kBaseRates[0], kBaseRates[1], scheduler, kSteps);
-  return testing::parse_numbers(testing::run_torch_script(script));
+std::string torch_scheduler(const LrScheduleConfig& c) {
+  const std::string main = torch_main_scheduler(c);
+  if (c.warmup_steps == 0) return main;
+  return fmt::format(
+      "S.SequentialLR(optimizer, [S.LinearLR(optimizer, start_factor={}, end_factor=1.0, total_iters={}), {}], "
+      "milestones=[{}])",
+      c.warmup_start_factor, c.warmup_steps, main, c.warmup_steps);
 }
 
-void expect_matches_torch(const LrScheduleConfig& config) {
-  if (auto reason = testing::torch_unavailable_reason(); !reason.empty()) GTEST_SKIP() << reason;
-  const LrSchedule schedule(config);
-  const auto expected = torch_rates(config);
-  ASSERT_EQ(expected.size(), static_cast<std::size_t>(kSteps) * 2);
-  for (std::int64_t step = 0; step < kSteps; ++step) {
-    for (int group = 0; group < 2; ++group) {
-      const double want = expected[static_cast<std::size_t>(step * 2 + group)];
-      // PyTorch updates most schedules recursively (lr_t from lr_{t-1}); we use the closed
-      // forms. The two differ by accumulated double rounding, ~1e-16 of the base rate per
-      // step, so 1e-12 of the base rate is far above that and far below any real error.
-      EXPECT_NEAR(schedule.learning_rate(kBaseRates[group], step), want, 1e-12 * kBaseRates[group])
-          << lr_schedule_kind_name(config.kind) << " step " << step << " group " << group;
-    }
-  }
-}
-
-TEST(LrSchedule, ConstantMatchesTorch) { expect_matches_torch({}); }
-
-TEST(LrSchedule, ConstantWithWarmupMatchesTorch) {
+// The configurations compared with PyTorch, each with its name.
+std::vector<std::pair<std::string, LrScheduleConfig>> torch_cases() {
+  std::vector<std::pair<std::string, LrScheduleConfig>> cases;
+  cases.emplace_back("constant", LrScheduleConfig{});
   LrScheduleConfig c;
   c.warmup_steps = 5;
   c.warmup_start_factor = 0.01;
-  expect_matches_torch(c);
-}
-
-TEST(LrSchedule, StepWithWarmupMatchesTorch) {
-  LrScheduleConfig c;
+  cases.emplace_back("constant with warm-up", c);
+  c = {};
   c.kind = LrScheduleKind::step;
   c.step_size = 3;
   c.gamma = 0.5;
   c.warmup_steps = 4;
   c.warmup_start_factor = 0.1;
-  expect_matches_torch(c);
-}
-
-TEST(LrSchedule, MultiStepMatchesTorch) {
-  LrScheduleConfig c;
+  cases.emplace_back("step with warm-up", c);
+  c = {};
   c.kind = LrScheduleKind::multistep;
   c.milestones = {3, 10, 10, 25};  // a repeated milestone decays twice, as in MultiStepLR
   c.gamma = 0.2;
-  expect_matches_torch(c);
-}
-
-TEST(LrSchedule, CosineMatchesTorchIncludingPastTMax) {
-  LrScheduleConfig c;
+  cases.emplace_back("multistep", c);
+  c = {};
   c.kind = LrScheduleKind::cosine;
   c.t_max = 12;  // 40 steps run through more than one period
   c.eta_min = 0.001;
-  expect_matches_torch(c);
-}
-
-TEST(LrSchedule, CosineWithWarmupMatchesTorch) {
-  LrScheduleConfig c;
+  cases.emplace_back("cosine past t_max", c);
+  c = {};
   c.kind = LrScheduleKind::cosine;
   c.t_max = 30;
   c.warmup_steps = 10;  // PyTorch's default start factor 1/3
-  expect_matches_torch(c);
+  cases.emplace_back("cosine with warm-up", c);
+  return cases;
+}
+
+// One PyTorch run for every case (importing torch dominates the test's time): for each
+// case, kSteps lines of the param groups' rates, as an SGD optimizer carries them.
+std::vector<double> torch_rates(const std::vector<std::pair<std::string, LrScheduleConfig>>& cases) {
+  std::string schedulers;
+  for (const auto& entry : cases) schedulers += "    lambda optimizer: " + torch_scheduler(entry.second) + ",\n";
+  const std::string script = fmt::format(R"(
+import warnings
+warnings.filterwarnings("ignore")
+import torch
+import torch.optim.lr_scheduler as S
+schedulers = [
+{}]
+for make in schedulers:
+    params = [torch.nn.Parameter(torch.zeros(1)), torch.nn.Parameter(torch.zeros(1))]
+    optimizer = torch.optim.SGD([{{"params": [params[0]], "lr": {}}}, {{"params": [params[1]], "lr": {}}}], lr=1.0)
+    scheduler = make(optimizer)
+    for step in range({}):
+        print(" ".join(repr(g["lr"]) for g in optimizer.param_groups))
+        optimizer.step()
+        scheduler.step()
+)",
+                                         schedulers, kBaseRates[0], kBaseRates[1], kSteps);
+  return testing::parse_numbers(testing::run_torch_script(script));
+}
+
+TEST(LrSchedule, EveryKindMatchesTorch) {
+  if (auto reason = testing::torch_unavailable_reason(); !reason.empty()) GTEST_SKIP() << reason;
+  const auto cases = torch_cases();
+  const auto expected = torch_rates(cases);
+  ASSERT_EQ(expected.size(), cases.size() * kSteps * 2);
+  std::size_t index = 0;
+  for (const auto& [name, config] : cases) {
+    const LrSchedule schedule(config);
+    for (std::int64_t step = 0; step < kSteps; ++step) {
+      for (int group = 0; group < 2; ++group) {
+        // PyTorch updates most schedules recursively (lr_t from lr_{t-1}); we use the closed
+        // forms. The two differ by accumulated double rounding, ~1e-16 of the base rate per
+        // step, so 1e-12 of the base rate is far above that and far below any real error.
+        EXPECT_NEAR(schedule.learning_rate(kBaseRates[group], step), expected[index++], 1e-12 * kBaseRates[group])
+            << name << ", step " << step << ", group " << group;
+      }
+    }
+  }
 }
 
 // Independent of torch: the shape of the curves, so the tests above cannot pass by

@@ -26,7 +26,10 @@ inline constexpr const char* kTorchPython = "/usr/bin/python3";
 inline std::string torch_unavailable_reason() {
   static const std::string reason = [] {
     if (!std::filesystem::exists(kTorchPython)) return fmt::format("{} does not exist", kTorchPython);
-    const std::string command = fmt::format("{} -c 'import torch' >/dev/null 2>&1", kTorchPython);
+    // find_spec locates torch without importing it (an import costs seconds).
+    const std::string command = fmt::format(
+        "{} -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec(\"torch\") is None)' >/dev/null 2>&1",
+        kTorchPython);
     if (std::system(command.c_str()) != 0)
       return fmt::format("{} cannot import torch (install Debian's python3-torch)", kTorchPython);
     return std::string();
