@@ -7,36 +7,54 @@ namespace bigtrain::kernels::reference {
 
 namespace {
 
+// Which index every thread owns exclusively, so parallel loops never write the same
+// sum: the forward pass writes y[n][o], backward-data writes dx[n][...] (any o),
+// backward-weights writes dw[o][...] (any n). Each sum still adds its terms in one
+// fixed order whatever the thread count, so results are deterministic.
+enum class Owned { batch_and_out_channel, batch, out_channel };
+
 // Calls term(x_index, w_index, y_index) for every product x*w that enters an output,
 // i.e. the definition of a grouped, strided, padded, dilated cross-correlation.
 // Forward and both backward passes are sums over exactly these terms, so they
 // cannot disagree about indexing.
-template <typename Term>
+template <Owned owned, typename Term>
 void for_each_term(const Conv2dSpec& s, Term&& term) {
   const std::int64_t oh_n = s.out_h(), ow_n = s.out_w();
   const std::int64_t in_per_group = s.in_channels / s.groups, out_per_group = s.out_channels / s.groups;
-  for (std::int64_t n = 0; n < s.batch; ++n)
-    for (std::int64_t o = 0; o < s.out_channels; ++o) {
-      const std::int64_t group = o / out_per_group;
-      for (std::int64_t oh = 0; oh < oh_n; ++oh)
-        for (std::int64_t ow = 0; ow < ow_n; ++ow) {
-          const std::int64_t y_index = ((n * s.out_channels + o) * oh_n + oh) * ow_n + ow;
-          for (std::int64_t ci = 0; ci < in_per_group; ++ci) {
-            const std::int64_t c = group * in_per_group + ci;
-            for (std::int64_t kh = 0; kh < s.kernel_h; ++kh) {
-              const std::int64_t ih = oh * s.stride_h - s.pad_h + kh * s.dilation_h;
-              if (ih < 0 || ih >= s.in_h) continue;  // zero padding contributes nothing
-              for (std::int64_t kw = 0; kw < s.kernel_w; ++kw) {
-                const std::int64_t iw = ow * s.stride_w - s.pad_w + kw * s.dilation_w;
-                if (iw < 0 || iw >= s.in_w) continue;
-                const std::int64_t x_index = ((n * s.in_channels + c) * s.in_h + ih) * s.in_w + iw;
-                const std::int64_t w_index = ((o * in_per_group + ci) * s.kernel_h + kh) * s.kernel_w + kw;
-                term(x_index, w_index, y_index);
-              }
+  auto terms_of = [&](std::int64_t n, std::int64_t o) {
+    const std::int64_t group = o / out_per_group;
+    for (std::int64_t oh = 0; oh < oh_n; ++oh)
+      for (std::int64_t ow = 0; ow < ow_n; ++ow) {
+        const std::int64_t y_index = ((n * s.out_channels + o) * oh_n + oh) * ow_n + ow;
+        for (std::int64_t ci = 0; ci < in_per_group; ++ci) {
+          const std::int64_t c = group * in_per_group + ci;
+          for (std::int64_t kh = 0; kh < s.kernel_h; ++kh) {
+            const std::int64_t ih = oh * s.stride_h - s.pad_h + kh * s.dilation_h;
+            if (ih < 0 || ih >= s.in_h) continue;  // zero padding contributes nothing
+            for (std::int64_t kw = 0; kw < s.kernel_w; ++kw) {
+              const std::int64_t iw = ow * s.stride_w - s.pad_w + kw * s.dilation_w;
+              if (iw < 0 || iw >= s.in_w) continue;
+              const std::int64_t x_index = ((n * s.in_channels + c) * s.in_h + ih) * s.in_w + iw;
+              const std::int64_t w_index = ((o * in_per_group + ci) * s.kernel_h + kh) * s.kernel_w + kw;
+              term(x_index, w_index, y_index);
             }
           }
         }
-    }
+      }
+  };
+  if constexpr (owned == Owned::batch_and_out_channel) {
+#pragma omp parallel for collapse(2) schedule(static)
+    for (std::int64_t n = 0; n < s.batch; ++n)
+      for (std::int64_t o = 0; o < s.out_channels; ++o) terms_of(n, o);
+  } else if constexpr (owned == Owned::batch) {
+#pragma omp parallel for schedule(static)
+    for (std::int64_t n = 0; n < s.batch; ++n)
+      for (std::int64_t o = 0; o < s.out_channels; ++o) terms_of(n, o);
+  } else {
+#pragma omp parallel for schedule(static)
+    for (std::int64_t o = 0; o < s.out_channels; ++o)
+      for (std::int64_t n = 0; n < s.batch; ++n) terms_of(n, o);
+  }
 }
 
 template <typename T>
@@ -52,7 +70,7 @@ void conv2d_forward(const Conv2dSpec& s, const T* x, const T* w, const T* b, T* 
   std::vector<double> sums(static_cast<std::size_t>(shape_numel(s.output_shape())), 0.0);
   if (b != nullptr)
     for (std::size_t i = 0; i < sums.size(); ++i) sums[i] = b[(static_cast<std::int64_t>(i) / plane) % s.out_channels];
-  for_each_term(s, [&](std::int64_t xi, std::int64_t wi, std::int64_t yi) {
+  for_each_term<Owned::batch_and_out_channel>(s, [&](std::int64_t xi, std::int64_t wi, std::int64_t yi) {
     sums[yi] += static_cast<double>(x[xi]) * static_cast<double>(w[wi]);
   });
   store(sums, y);
@@ -61,7 +79,7 @@ void conv2d_forward(const Conv2dSpec& s, const T* x, const T* w, const T* b, T* 
 template <typename T>
 void conv2d_backward_data(const Conv2dSpec& s, const T* dy, const T* w, T* dx) {
   std::vector<double> sums(static_cast<std::size_t>(shape_numel(s.input_shape())), 0.0);
-  for_each_term(s, [&](std::int64_t xi, std::int64_t wi, std::int64_t yi) {
+  for_each_term<Owned::batch>(s, [&](std::int64_t xi, std::int64_t wi, std::int64_t yi) {
     sums[xi] += static_cast<double>(dy[yi]) * static_cast<double>(w[wi]);
   });
   store(sums, dx);
@@ -70,7 +88,7 @@ void conv2d_backward_data(const Conv2dSpec& s, const T* dy, const T* w, T* dx) {
 template <typename T>
 void conv2d_backward_weights(const Conv2dSpec& s, const T* x, const T* dy, T* dw, T* db) {
   std::vector<double> sums(static_cast<std::size_t>(shape_numel(s.weight_shape())), 0.0);
-  for_each_term(s, [&](std::int64_t xi, std::int64_t wi, std::int64_t yi) {
+  for_each_term<Owned::out_channel>(s, [&](std::int64_t xi, std::int64_t wi, std::int64_t yi) {
     sums[wi] += static_cast<double>(x[xi]) * static_cast<double>(dy[yi]);
   });
   store(sums, dw);
