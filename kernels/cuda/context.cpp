@@ -1,6 +1,8 @@
 #include "kernels/cuda/context.hpp"
 
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 #include <vector>
 
 #include <fmt/format.h>
@@ -83,6 +85,8 @@ Context::Context(int index) : index_(select_device(index)) {
   // back, so results match the CPU within float tolerances.
   BT_CUBLAS_CHECK(cublasSetMathMode(cublas_.get(), CUBLAS_DEFAULT_MATH));
   for (auto& slot : slots_) slot.copied = std::make_shared<Event>();
+  const char* algos = std::getenv("BIGTRAIN_CUDNN_ALGOS");
+  allow_transform_algorithms_ = algos != nullptr && std::string_view(algos) == "all";
 }
 
 Context::~Context() = default;

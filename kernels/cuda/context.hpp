@@ -89,6 +89,13 @@ class Context {
   // whose fastest algorithm needs more takes the fastest one that fits.
   std::size_t workspace_limit() const { return workspace_limit_; }
   void set_workspace_limit(std::size_t bytes) { workspace_limit_ = bytes; }
+  // Whether convolutions may use cuDNN's transform algorithms (Winograd, FFT).
+  // Off by default: they round differently from a plain dot product (their error
+  // is not the ~sqrt(K) eps of a summation that float32 tolerances assume), so
+  // "float32" would mean something less exact. BIGTRAIN_CUDNN_ALGOS=all turns
+  // them on for the process (set before the first op); ops read it at creation.
+  bool allow_transform_algorithms() const { return allow_transform_algorithms_; }
+  void set_allow_transform_algorithms(bool allow) { allow_transform_algorithms_ = allow; }
 
   // Copies a host tensor to a new device tensor on the copy stream and returns at
   // once (after copying the host data into a pinned staging buffer, so `host` may
@@ -117,6 +124,7 @@ class Context {
   Event compute_mark_;  // recorded on compute before each upload; the copy stream waits on it
   Tensor workspace_;
   std::size_t workspace_limit_ = std::size_t{256} << 20;
+  bool allow_transform_algorithms_ = false;
   StagingSlot slots_[2];
   int next_slot_ = 0;
   std::mutex upload_mutex_;  // upload_async may be called from a reader thread

@@ -24,6 +24,21 @@ std::string describe(const Conv2dSpec& s) {
                      s.dilation_h, s.dilation_w, s.groups, shape_str(s.input_shape()));
 }
 
+// Winograd and FFT algorithms compute through transforms of the inputs; the others
+// are dot products in some summation order.
+bool is_transform(cudnnConvolutionFwdAlgo_t a) {
+  return a == CUDNN_CONVOLUTION_FWD_ALGO_FFT || a == CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING ||
+         a == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD || a == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED;
+}
+bool is_transform(cudnnConvolutionBwdDataAlgo_t a) {
+  return a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT || a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING ||
+         a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD || a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED;
+}
+bool is_transform(cudnnConvolutionBwdFilterAlgo_t a) {
+  return a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT || a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT_TILING ||
+         a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD || a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED;
+}
+
 template <typename Algo>
 struct Choice {
   Algo algo{};
@@ -32,16 +47,18 @@ struct Choice {
 
 // Picks from cuDNN's heuristic ranking (fastest first) the first algorithm that
 // runs in plain float32 (no tensor-op math: TF32 would round the inputs to 10-bit
-// mantissas), fits the workspace limit, and, when one such exists, is
-// deterministic, so a training run on the GPU repeats bit for bit. `workspace_of`
-// asks cuDNN for the algorithm's exact size and refuses algorithms the descriptor
-// combination does not support.
+// mantissas), is a plain summation unless transforms are allowed (see
+// Context::allow_transform_algorithms), fits the workspace limit, and, when one
+// such exists, is deterministic, so a training run on the GPU repeats bit for bit.
+// `workspace_of` asks cuDNN for the algorithm's exact size and refuses algorithms
+// the descriptor combination does not support.
 template <typename Perf, typename Algo, typename WorkspaceOf>
-Choice<Algo> choose(const std::vector<Perf>& ranked, std::size_t limit, WorkspaceOf&& workspace_of,
-                    const Conv2dSpec& spec, const char* pass) {
+Choice<Algo> choose(const std::vector<Perf>& ranked, std::size_t limit, bool allow_transforms,
+                    WorkspaceOf&& workspace_of, const Conv2dSpec& spec, const char* pass) {
   for (const bool need_deterministic : {true, false}) {
     for (const Perf& perf : ranked) {
       if (perf.status != CUDNN_STATUS_SUCCESS) continue;
+      if (!allow_transforms && is_transform(perf.algo)) continue;
       if (perf.mathType == CUDNN_TENSOR_OP_MATH || perf.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) continue;
       if (need_deterministic && perf.determinism != CUDNN_DETERMINISTIC) continue;
       std::size_t bytes = 0;
@@ -49,8 +66,8 @@ Choice<Algo> choose(const std::vector<Perf>& ranked, std::size_t limit, Workspac
       return {perf.algo, bytes};
     }
   }
-  throw Error(fmt::format("{}: cuDNN offers no float32 {} algorithm within the workspace limit of {} MiB",
-                          describe(spec), pass, limit >> 20));
+  throw Error(fmt::format("{}: cuDNN offers no float32 {} algorithm{} within the workspace limit of {} MiB", describe(spec),
+                          pass, allow_transforms ? "" : " without transforms", limit >> 20));
 }
 
 const float kOne = 1.0f, kZero = 0.0f;
@@ -127,6 +144,7 @@ class CudnnConv2d final : public Conv2d {
   void choose_algorithms() {
     cudnnHandle_t handle = context_.cudnn();
     const std::size_t limit = context_.workspace_limit();
+    const bool transforms = context_.allow_transform_algorithms();
     {
       int max_count = 0, count = 0;
       BT_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(handle, &max_count));
@@ -135,7 +153,7 @@ class CudnnConv2d final : public Conv2d {
                                                             y_desc_.get(), max_count, &count, ranked.data()));
       ranked.resize(static_cast<std::size_t>(count));
       forward_ = choose<cudnnConvolutionFwdAlgoPerf_t, cudnnConvolutionFwdAlgo_t>(
-          ranked, limit,
+          ranked, limit, transforms,
           [&](cudnnConvolutionFwdAlgo_t algo, std::size_t& bytes) {
             return cudnnGetConvolutionForwardWorkspaceSize(handle, x_desc_.get(), w_desc_.get(), conv_desc_.get(),
                                                            y_desc_.get(), algo, &bytes) == CUDNN_STATUS_SUCCESS;
@@ -151,7 +169,7 @@ class CudnnConv2d final : public Conv2d {
                                                                  ranked.data()));
       ranked.resize(static_cast<std::size_t>(count));
       backward_data_ = choose<cudnnConvolutionBwdDataAlgoPerf_t, cudnnConvolutionBwdDataAlgo_t>(
-          ranked, limit,
+          ranked, limit, transforms,
           [&](cudnnConvolutionBwdDataAlgo_t algo, std::size_t& bytes) {
             return cudnnGetConvolutionBackwardDataWorkspaceSize(handle, w_desc_.get(), y_desc_.get(),
                                                                 conv_desc_.get(), x_desc_.get(), algo,
@@ -168,7 +186,7 @@ class CudnnConv2d final : public Conv2d {
                                                                    &count, ranked.data()));
       ranked.resize(static_cast<std::size_t>(count));
       backward_filter_ = choose<cudnnConvolutionBwdFilterAlgoPerf_t, cudnnConvolutionBwdFilterAlgo_t>(
-          ranked, limit,
+          ranked, limit, transforms,
           [&](cudnnConvolutionBwdFilterAlgo_t algo, std::size_t& bytes) {
             return cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, x_desc_.get(), y_desc_.get(),
                                                                   conv_desc_.get(), w_desc_.get(), algo,
