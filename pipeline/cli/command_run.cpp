@@ -1,0 +1,42 @@
+// `bigtrain run CONFIG [--set key=value]... [--resume RUN_DIR]`: tiled end-to-end training.
+#include <spdlog/spdlog.h>
+
+#include <filesystem>
+
+#include "pipeline/cli/command_registry.hpp"
+#include "pipeline/config.hpp"
+#include "pipeline/logging.hpp"
+#include "pipeline/trainer.hpp"
+
+namespace bigtrain::cli {
+namespace {
+
+RegisterCommand run_command("run", [](CLI::App& app) {
+  app.description("Train a classifier on large images as the config says (tiled, two passes per image)");
+  auto config_path = std::make_shared<std::string>();
+  auto overrides = std::make_shared<std::vector<std::string>>();
+  auto resume = std::make_shared<std::string>();
+  auto epochs_now = std::make_shared<std::int64_t>(-1);
+  app.add_option("config", *config_path, "the run's YAML config")->required()->check(CLI::ExistingFile);
+  app.add_option("--set", *overrides, "override a config key, e.g. --set train.epochs=5 (repeatable)");
+  app.add_option("--resume", *resume, "continue the stopped run in this directory (its output.dir)");
+  app.add_option("--stop-after", *epochs_now, "stop after this many epochs of this invocation (resume later)");
+  return std::function<int()>([config_path, overrides, resume, epochs_now] {
+    std::vector<std::string> settings = *overrides;
+    if (!resume->empty()) settings.push_back("output.dir=" + *resume);
+    Config config = load_config(*config_path, settings);
+    std::filesystem::create_directories(config.output.dir);
+    add_log_file((std::filesystem::path(config.output.dir) / "log.txt").string());
+    Trainer trainer(config, !resume->empty());
+    trainer.set_epoch_limit(*epochs_now);
+    const TrainOutcome outcome = trainer.run();
+    if (outcome.epochs_completed < config.train.epochs && !outcome.stopped_early)
+      spdlog::info("stopped after epoch {}; continue with: bigtrain run {} --resume {}", outcome.epochs_completed,
+                   *config_path, config.output.dir);
+    spdlog::info("run directory: {}", config.output.dir);
+    return 0;
+  });
+});
+
+}  // namespace
+}  // namespace bigtrain::cli

@@ -1,0 +1,64 @@
+#pragma once
+// `bigtrain run`: tiled end-to-end training of one config into one run directory.
+//
+// Run directory: config.yaml (resolved), classes.json, metrics.csv (one row per
+// epoch and split), confusion_<split>.csv, log.txt, checkpoints/{last,best}.safetensors
+// and their .training.safetensors (optimizer state and counters).
+//
+// Everything random derives from (train.seed, epoch, image, purpose): the epoch's
+// image order, tile subsets, augmentation and dropout. So a run resumed from the
+// checkpoint of epoch k continues exactly as the uninterrupted run (on the CPU, bit
+// for bit): it needs only the weights, the optimizer state and the epoch count.
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "pipeline/config.hpp"
+#include "pipeline/dataset.hpp"
+#include "pipeline/metrics.hpp"
+
+namespace bigtrain {
+
+struct EpochSummary {
+  std::int64_t epoch = 0;
+  std::string split;  // train | val | test
+  ClassificationMetrics metrics;
+  double seconds = 0.0;
+  std::int64_t tiles = 0;
+  double wait_seconds = 0.0;  // the compute node waiting for tiles
+  std::size_t peak_allocated_bytes = 0;
+  std::int64_t peak_rss_bytes = 0;
+  double learning_rate = 0.0;
+};
+
+struct TrainOutcome {
+  std::vector<EpochSummary> rows;  // of this invocation
+  std::int64_t epochs_completed = 0;
+  std::optional<double> best_value;
+  std::int64_t best_epoch = 0;
+  bool stopped_early = false;
+};
+
+class Trainer {
+ public:
+  // resume: continue the run in config.output.dir from checkpoints/last.
+  Trainer(Config config, bool resume);
+  ~Trainer();
+
+  // Trains the remaining epochs, evaluating the validation split after each and the
+  // test split at the end (with the best checkpoint when there is one).
+  TrainOutcome run();
+  // Stop after at most this many epochs in this invocation (tests of resume).
+  void set_epoch_limit(std::int64_t epochs) { epoch_limit_ = epochs; }
+
+  const Dataset& dataset() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+  std::int64_t epoch_limit_ = -1;
+};
+
+}  // namespace bigtrain
