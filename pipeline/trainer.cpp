@@ -3,6 +3,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -368,9 +369,13 @@ Trainer::Trainer(Config config, bool resume) : state_(std::make_unique<State>())
     s.best_epoch = std::stoll(training.at("best_epoch"));
     s.epochs_without_improvement = std::stoll(training.at("epochs_without_improvement"));
     std::ifstream metrics(s.run_dir / "metrics.csv");
-    std::stringstream text;
-    text << metrics.rdbuf();
-    s.metrics_csv = text.str();
+    // Rows of epochs after the checkpoint are dropped: a run killed while writing
+    // its checkpoint had already written them, and those epochs run again.
+    for (std::string line; std::getline(metrics, line);) {
+      long long epoch = 0;
+      const auto parsed = std::from_chars(line.data(), line.data() + line.size(), epoch);
+      if (s.metrics_csv.empty() || parsed.ec != std::errc() || epoch <= s.epochs_done) s.metrics_csv += line + "\n";
+    }
     spdlog::info("resuming {} after epoch {}", s.run_dir.string(), s.epochs_done);
   } else {
     save_config(c, (s.run_dir / "config.yaml").string());
