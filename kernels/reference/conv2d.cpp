@@ -42,16 +42,19 @@ void for_each_term(const Conv2dSpec& s, Term&& term) {
         }
       }
   };
+  // Threads only pay off on whole-network shapes; small calls (finite-difference
+  // checks make thousands) would spend more on waking the team than on the sums.
+  const bool parallel = shape_numel(s.output_shape()) * in_per_group * s.kernel_h * s.kernel_w > (1 << 22);
   if constexpr (owned == Owned::batch_and_out_channel) {
-#pragma omp parallel for collapse(2) schedule(static)
+#pragma omp parallel for collapse(2) schedule(static) if (parallel)
     for (std::int64_t n = 0; n < s.batch; ++n)
       for (std::int64_t o = 0; o < s.out_channels; ++o) terms_of(n, o);
   } else if constexpr (owned == Owned::batch) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel)
     for (std::int64_t n = 0; n < s.batch; ++n)
       for (std::int64_t o = 0; o < s.out_channels; ++o) terms_of(n, o);
   } else {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel)
     for (std::int64_t o = 0; o < s.out_channels; ++o)
       for (std::int64_t n = 0; n < s.batch; ++n) terms_of(n, o);
   }

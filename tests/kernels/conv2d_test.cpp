@@ -50,7 +50,7 @@ const std::vector<ConvCase>& cases() {
       {"groups3_stride2", conv(1, 6, 9, 9, 8, 3, 3, 2, 2, 1, 1, 1, 1, 3)},
       {"depthwise", conv(2, 6, 6, 8, 7, 3, 3, 1, 1, 1, 1, 1, 1, 6)},
       {"depthwise_multiplier2_stride2_bias", conv(2, 4, 8, 9, 9, 3, 3, 2, 2, 1, 1, 1, 1, 4, true)},
-      {"wide32_k3", conv(2, 32, 32, 8, 8, 3, 3, 1, 1, 1, 1)},
+      {"wide32_k3", conv(1, 32, 32, 7, 6, 3, 3, 1, 1, 1, 1)},
       {"channels12to20_not_multiple_of_8", conv(2, 12, 20, 6, 5, 3, 3, 1, 1, 1, 1, 1, 1, 1, true)},
       {"stem_k7_stride2_pad3", conv(2, 1, 8, 23, 21, 7, 7, 2, 2, 3, 3)},
       {"stem_k7_stride2_rgb_bias", conv(1, 3, 8, 17, 19, 7, 7, 2, 2, 3, 3, 1, 1, 1, true)},
