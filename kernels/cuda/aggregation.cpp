@@ -1,5 +1,6 @@
 #include "kernels/cuda/aggregation.hpp"
 
+#include "kernels/core/error.hpp"
 #include "kernels/cuda/aggregation_kernels.hpp"
 #include "kernels/cuda/context.hpp"
 
@@ -32,6 +33,14 @@ void max_rows_forward(const Tensor& h, Tensor& z, Tensor& argmax) {
 }
 
 void max_rows_backward(const Tensor& dz, const Tensor& argmax, Tensor& dh) {
+  // The same check the host backends make (a row index outside H is an error, not
+  // a silently dropped gradient): argmax is one int per feature, a small copy.
+  const Tensor where = argmax.to(Device::cpu());
+  for (std::int64_t j = 0; j < where.numel(); ++j) {
+    const std::int32_t row = where.data<std::int32_t>()[j];
+    BT_CHECK(row >= 0 && row < dh.dim(0), "max_rows_backward: argmax[{}] = {} is not a row of {} rows", j, row,
+             dh.dim(0));
+  }
   BT_CUDA_CHECK(launch::max_rows_backward(in(dz), argmax.data<std::int32_t>(), dh.dim(0), dh.dim(1), out(dh),
                                           stream_of(dz, "max_rows_backward")));
 }

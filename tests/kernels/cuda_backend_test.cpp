@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/aggregation.hpp"
 #include "kernels/conv2d.hpp"
 #include "kernels/cross_entropy.hpp"
 #include "kernels/core/error.hpp"
@@ -173,6 +174,17 @@ TEST_F(CudaContext, CrossEntropyRejectsATargetOutOfRange) {
   const std::string message =
       error_of([&] { cross_entropy(Backend::cuda, logits, targets.to(Device::cuda(0)), nullptr, {}, grad); });
   EXPECT_NE(message.find("target 3 of sample 2 is outside [0, 3)"), std::string::npos) << message;
+}
+
+// An argmax row outside H is an error on the device too, as on the host backends.
+TEST_F(CudaContext, MaxRowsBackwardRejectsAnArgmaxOutsideTheRows) {
+  Tensor argmax = Tensor::zeros({3}, DType::i32);
+  argmax.data<std::int32_t>()[0] = 7;
+  const Tensor dz = random_tensor({3}, 6, -1.0f, 1.0f, Device::cuda(0));
+  Tensor dh = Tensor::empty({4, 3}, DType::f32, Device::cuda(0));
+  const std::string message =
+      error_of([&] { max_rows_backward(Backend::cuda, dz, argmax.to(Device::cuda(0)), dh); });
+  EXPECT_NE(message.find("argmax[0] = 7 is not a row of 4 rows"), std::string::npos) << message;
 }
 
 #endif  // BIGTRAIN_HAVE_CUDA
