@@ -46,6 +46,9 @@ struct Case {
   bool split_groups = true;
 };
 
+// GoogleTest (and so CTest's discovered names) shows a case by its name, not its bytes.
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
 LrScheduleConfig test_schedule() {
   LrScheduleConfig schedule;
   schedule.kind = LrScheduleKind::cosine;
