@@ -33,7 +33,9 @@ TEST(Mnist, CachedDigitsAreTheRealDataset) {
 
 TEST(Mnist, SmallCnnLearnsToClassifyHeldOutDigits) {
   const auto digits = testing::load_mnist();
-  Model model(testing::mnist_model_spec(1.0), /*seed=*/1);
+  // Width 1.5 (24..96 channels): 98.25% here; width 1.0 reached 97.9%, too close to the bar
+  // for a test that must survive changes in kernel rounding.
+  Model model(testing::mnist_model_spec(1.5), /*seed=*/1);
 
   const double accuracy_before = testing::mnist_accuracy(model, digits, kTrain, kHeldOut);
   // Ten classes: an untrained network sits near 10% (often predicting one class for all).
