@@ -1,0 +1,42 @@
+#pragma once
+// RUN_DIR/report.html: one self-contained page (inline SVG charts, PNGs as base64
+// data URIs, no scripts, no network) that shows a run: loss and accuracy per epoch
+// for training and validation on shared axes, learning rate, throughput, peak
+// memory, the confusion matrices, heatmaps found under RUN_DIR/heatmaps/, the
+// resolved config and the data summary. Everything comes from files in the run
+// directory, so `bigtrain report RUN_DIR` regenerates the page the trainer wrote.
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "pipeline/dataset.hpp"
+
+namespace bigtrain {
+
+struct ChartSeries {
+  std::string name;
+  std::string colour;  // CSS colour
+  std::vector<std::pair<double, double>> points;  // (x, y); NaN y are left out
+};
+
+// An SVG line chart with axes, ticks and a legend. data-chart=`id` and data-series
+// per line let a test find them in the rendered DOM.
+std::string svg_line_chart(const std::string& id, const std::string& title, const std::string& x_label,
+                           const std::string& y_label, const std::vector<ChartSeries>& series);
+
+std::string html_escape(std::string_view text);
+std::string base64_encode(std::string_view bytes);
+
+// Builds the page from the files in `run_dir`.
+std::string render_run_report(const std::string& run_dir);
+
+// Writes RUN_DIR/report.html atomically, and RUN_DIR/data_summary.json first when
+// `dataset` is given (the trainer passes it; `bigtrain report` reads the saved one).
+// Returns the report's path.
+std::string write_run_report(const std::string& run_dir, const Dataset* dataset = nullptr);
+
+// The trainer's end-of-epoch hook: report.html and the TensorBoard event file. A
+// failure is logged, not thrown: a page must never stop a training run.
+void update_run_outputs(const std::string& run_dir, const Dataset& dataset);
+
+}  // namespace bigtrain
