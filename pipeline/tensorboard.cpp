@@ -62,8 +62,12 @@ void put_bytes(std::string& out, int field, std::string_view bytes) {
 void put_header(std::string& out, double wall_time, std::int64_t step) {
   put_tag(out, 1, 1);
   put_little_endian(out, wall_time);
-  put_tag(out, 2, 0);
-  put_varint(out, static_cast<std::uint64_t>(step));  // int64: two's complement as varint
+  // proto3 leaves a zero step out; so do we, so the bytes are protobuf's canonical
+  // encoding (what a decoder re-serializes).
+  if (step != 0) {
+    put_tag(out, 2, 0);
+    put_varint(out, static_cast<std::uint64_t>(step));  // int64: two's complement as varint
+  }
 }
 
 }  // namespace
