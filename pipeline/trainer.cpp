@@ -24,6 +24,7 @@
 #include "pipeline/atomic_file.hpp"
 #include "pipeline/checkpoint.hpp"
 #include "pipeline/random.hpp"
+#include "pipeline/report.hpp"
 #include "pipeline/tile_stream.hpp"
 #include "pipeline/two_pass.hpp"
 
@@ -147,6 +148,7 @@ void Trainer::State::append_metrics(const EpochSummary& row) {
   for (double recall : m.recall) metrics_csv += std::isnan(recall) ? std::string(",") : fmt::format(",{:.6f}", recall);
   metrics_csv += "\n";
   write_file_atomically((run_dir / "metrics.csv").string(), metrics_csv);
+  update_run_outputs(run_dir.string(), dataset);  // report.html + TensorBoard scalars (issue 10)
 }
 
 EpochSummary Trainer::State::train_epoch(std::int64_t epoch) {
