@@ -129,6 +129,8 @@ RegisterCommand infer_command("infer", [](CLI::App& app) {
     for (const auto& path : images) items.push_back({path, -1});
     const auto heatmaps = output_paths(a->heatmap, images);
     const auto csvs = output_paths(a->tiles_csv, images);
+    for (const std::string* out : {&a->heatmap, &a->tiles_csv})
+      if (!out->empty() && fs::path(*out).has_parent_path()) fs::create_directories(fs::path(*out).parent_path());
 
     std::int64_t failed_outputs = 0;
     const InferenceStats stats = engine.run(items, [&](ImagePrediction&& p) {
