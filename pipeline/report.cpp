@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <cstdlib>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -347,6 +348,76 @@ std::string render_run_report(const std::string& run_dir_text) {
   html += fs::exists(config) ? "<pre class=\"config\">" + html_escape(read_text(config)) + "</pre>"
                              : std::string("<p class=\"missing\">No config.yaml in this run directory.</p>");
   return html + "</body></html>\n";
+}
+
+std::string render_table_report(const TablePage& page) {
+  std::istringstream in(page.csv);
+  std::vector<std::vector<std::string>> rows;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    std::vector<std::string> cells;
+    std::size_t start = 0;
+    for (std::size_t comma; (comma = line.find(',', start)) != std::string::npos; start = comma + 1)
+      cells.push_back(line.substr(start, comma - start));
+    cells.push_back(line.substr(start));
+    rows.push_back(std::move(cells));
+  }
+  if (rows.empty()) throw Error(fmt::format("{}: no table to show", page.title));
+  const auto& header = rows[0];
+  auto column_of = [&](const std::string& name) {
+    const auto found = std::find(header.begin(), header.end(), name);
+    return found == header.end() ? -1 : static_cast<int>(found - header.begin());
+  };
+  const int metric = column_of(page.metric_column), link = column_of(page.link_column), name = column_of("name");
+  std::string html = "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>" + html_escape(page.title) +
+                     "</title><style>" + kStyle +
+                     "tr.best td,tr.best th{background:#e6f4e6;font-weight:600}</style></head><body><h1>" +
+                     html_escape(page.title) + "</h1>";
+  html += fmt::format("<p class=\"meta\">{} runs; the best is marked ★ and highlighted.</p>", rows.size() - 1);
+  if (metric >= 0) {
+    // Bars rather than lines: the runs are categories, not a sequence.
+    constexpr double bar_h = 22, left = 160, width = 720;
+    const double height = 40 + bar_h * static_cast<double>(rows.size() - 1);
+    double largest = 0;
+    for (std::size_t r = 1; r < rows.size(); ++r)
+      if (static_cast<std::size_t>(metric) < rows[r].size()) largest = std::max(largest, std::atof(rows[r][metric].c_str()));
+    if (!(largest > 0)) largest = 1;
+    html += fmt::format("<svg class=\"chart\" data-chart=\"{}\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\">"
+                        "<text class=\"title\" x=\"{}\" y=\"18\" text-anchor=\"middle\">{}</text>",
+                        html_escape(page.metric_column), width, height, width / 2, html_escape(page.metric_column));
+    for (std::size_t r = 1; r < rows.size(); ++r) {
+      const double value = static_cast<std::size_t>(metric) < rows[r].size() ? std::atof(rows[r][metric].c_str()) : 0.0;
+      const double y = 28 + bar_h * static_cast<double>(r - 1);
+      const bool best = r - 1 == page.best_row;
+      const std::string label = name >= 0 && static_cast<std::size_t>(name) < rows[r].size() ? rows[r][name] : std::to_string(r);
+      html += fmt::format("<text x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\">{}{}</text>"
+                          "<rect class=\"bar{}\" x=\"{}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{}\" fill=\"{}\"/>"
+                          "<text x=\"{:.1f}\" y=\"{:.1f}\">{:.4g}</text>",
+                          left - 6, y + bar_h * 0.65, best ? "★ " : "", html_escape(label), best ? " best" : "", left, y,
+                          (width - left - 60) * value / largest, bar_h - 6, best ? kTestColour : kTrainColour,
+                          left + (width - left - 60) * value / largest + 4, y + bar_h * 0.65, value);
+    }
+    html += "</svg>";
+  }
+  html += "<table class=\"runs\"><tr><th></th>";
+  for (const auto& cell : header) html += "<th>" + html_escape(cell) + "</th>";
+  html += "</tr>";
+  for (std::size_t r = 1; r < rows.size(); ++r) {
+    const bool best = r - 1 == page.best_row;
+    html += fmt::format("<tr{}><td>{}</td>", best ? " class=\"best\"" : "", best ? "★ best" : "");
+    for (std::size_t c = 0; c < rows[r].size(); ++c) {
+      if (static_cast<int>(c) == link) {
+        const fs::path target = fs::path(rows[r][c]) / "report.html";
+        const std::string href = page.page_dir.empty() ? target.string()
+                                                       : fs::relative(fs::absolute(target), fs::absolute(page.page_dir)).string();
+        html += fmt::format("<td><a href=\"{}\">{}</a></td>", html_escape(href), html_escape(rows[r][c]));
+      } else {
+        html += "<td>" + html_escape(rows[r][c]) + "</td>";
+      }
+    }
+    html += "</tr>";
+  }
+  return html + "</table></body></html>\n";
 }
 
 std::string write_run_report(const std::string& run_dir, const Dataset* dataset) {

@@ -27,6 +27,20 @@ std::string svg_line_chart(const std::string& id, const std::string& title, cons
 std::string html_escape(std::string_view text);
 std::string base64_encode(std::string_view bytes);
 
+// A page for a table of runs (`bigtrain compare`, `bigtrain sweep`): the CSV as a
+// table with the best row marked (class "best", a star), a bar chart of
+// `metric_column`, and each row's `link_column` (a run directory) linked to its
+// report.html, relative to `page_dir` (the folder the page is written to).
+struct TablePage {
+  std::string title;
+  std::string csv;          // header + rows, as in compare.csv
+  std::size_t best_row = 0;  // index among the data rows
+  std::string metric_column = "accuracy";
+  std::string link_column = "run_dir";
+  std::string page_dir;
+};
+std::string render_table_report(const TablePage& page);
+
 // Builds the page from the files in `run_dir`.
 std::string render_run_report(const std::string& run_dir);
 

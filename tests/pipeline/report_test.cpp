@@ -89,5 +89,23 @@ TEST(Report, PageFromRunDirectoryFiles) {
   fs::remove_all(dir);
 }
 
+TEST(Report, TablePageMarksTheBestRowAndLinksRunReports) {
+  TablePage page;
+  page.title = "bigtrain compare";
+  page.csv = "name,accuracy,run_dir\nwide,0.9,/runs/cmp/wide\nsmall,0.6,/runs/cmp/small\n";
+  page.best_row = 0;
+  page.page_dir = "/runs/cmp";
+  const std::string html = render_table_report(page);
+  const auto best = html.find("<tr class=\"best\">");
+  ASSERT_NE(best, std::string::npos) << html;
+  EXPECT_LT(best, html.find("<td>wide</td>"));
+  EXPECT_GT(html.find("<td>small</td>"), html.find("</tr>", best));  // only the first data row is marked
+  EXPECT_EQ(html.find("class=\"best\"", html.find("</tr>", best)), std::string::npos);
+  EXPECT_NE(html.find("href=\"small/report.html\""), std::string::npos);
+  EXPECT_NE(html.find("class=\"bar best\""), std::string::npos);
+  page.csv.clear();
+  EXPECT_THROW(render_table_report(page), Error);
+}
+
 }  // namespace
 }  // namespace bigtrain
