@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# `bigtrain compare` writes compare.html next to compare.csv: one row per run, the best
+# (first) row marked, each run linked to its own report.html (which the trainer wrote).
+set -euo pipefail
+BIGTRAIN=$1
+SOURCE=$2
+fail() { echo "FAIL: $*" >&2; exit 1; }
+"$BIGTRAIN" compare --help >/dev/null 2>&1 || { echo "SKIP: this build has no bigtrain compare"; exit 77; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cd "$tmp"
+"$BIGTRAIN" make-demo-data --out data --mnist "$SOURCE/tests/data/mnist" --size 128 --classes 2,7 --train 6 --val 4 \
+  --test 2 --tile 64 >/dev/null 2>&1 || fail "make-demo-data failed"
+for kind in mean max; do
+  cat > $kind.yaml <<YAML
+data: {train: data/train.csv, val: data/val.csv, test: data/test.csv, mean: [0.05], std: [0.2]}
+tiler: {tile: 64, overlap: 0, border: shift}
+model: {preset: small, in_channels: 1, width: 0.25, stem: {kernel: 5, stride: 2, maxpool: false}}
+aggregator: {kind: $kind}
+train: {epochs: 1, images_per_step: 2, tile_batch: 4, optimizer: sgd, lr: 0.05, seed: 3, freeze_bn: true}
+device: {type: cpu, threads: 2}
+YAML
+done
+"$BIGTRAIN" compare mean.yaml max.yaml --out cmp > compare.out 2> compare.log || { cat compare.log; fail "compare failed"; }
+[ -s cmp/compare.html ] || fail "no compare.html next to compare.csv"
+ls cmp | grep -q '\.tmp' && fail "a temporary file was left in cmp"
+[ "$(grep -o '<tr class="best">' cmp/compare.html | wc -l)" -eq 1 ] || fail "exactly one row must be marked best"
+best=$(sed -n 2p cmp/compare.csv | cut -d, -f1)
+grep -q "<tr class=\"best\"><td>★ best</td><td>$best</td>" cmp/compare.html || fail "the marked row should be $best, compare.csv's first"
+for run in mean max; do
+  grep -q "href=\"$run/report.html\"" cmp/compare.html || fail "no link to $run/report.html"
+  [ -s cmp/$run/report.html ] || fail "the trainer wrote no cmp/$run/report.html"
+done
+echo "ok"
