@@ -41,6 +41,18 @@ grep -Eqi '<script|src="https?:|href="https?:|@import|url\(' $run/report.html &&
 if "$BIGTRAIN" report "$tmp/nowhere" 2> bad.log; then fail "a missing run directory must fail"; fi
 grep -q "metrics.csv" bad.log || { cat bad.log; fail "the error should say what is missing"; }
 
+# Heatmaps of two validation images through `bigtrain infer` (when this build has it):
+# every PNG in RUN_DIR/heatmaps/ is embedded by the next `bigtrain report`.
+heatmaps=0
+if "$BIGTRAIN" infer --help >/dev/null 2>&1; then
+  mkdir -p $run/heatmaps
+  images=$(tail -n +2 data/val.csv | head -2 | cut -d, -f1 | sed 's|^|data/|')
+  "$BIGTRAIN" infer $images --checkpoint $run/checkpoints/best.safetensors --heatmap $run/heatmaps/val.png \
+    > infer.log 2>&1 || { cat infer.log; fail "bigtrain infer --heatmap failed"; }
+  "$BIGTRAIN" report $run > /dev/null || fail "bigtrain report failed after adding heatmaps"
+  heatmaps=2
+fi
+
 chromium_bin=$(command -v chromium || command -v chromium-browser || true)
 if [ -z "$chromium_bin" ]; then
   echo "SKIP: chromium is not installed (apt-get install chromium); the page was checked without rendering"
@@ -69,6 +81,11 @@ grep -q '<table class="confusion" data-split="val">' dom.html || fail "validatio
 # The confusion matrix counts every test image once.
 cells=$(sed 's/.*<table class="confusion" data-split="test">//; s#</table>.*##' dom.html | grep -o '<td[^>]*>[0-9]*</td>' | sed 's/<[^>]*>//g')
 [ "$(echo "$cells" | awk "{s+=\$1} END {print s}")" -eq 4 ] || fail "test confusion cells should sum to 4: $cells"
-grep -q 'data-section="heatmaps-missing"\|class="heatmaps"' dom.html || fail "heatmap section missing"
+if [ $heatmaps -gt 0 ]; then
+  [ "$(grep -o '<img alt="val_[^"]*" src="data:image/png;base64,' dom.html | wc -l)" -eq $heatmaps ] \
+    || fail "the $heatmaps heatmap PNGs should be embedded in the page"
+else
+  grep -q 'data-section="heatmaps-missing"' dom.html || fail "the page should say why it has no heatmaps"
+fi
 [ -n "${BIGTRAIN_REPORT_SCREENSHOT:-}" ] && cp report.png "$BIGTRAIN_REPORT_SCREENSHOT"
 echo "ok"
