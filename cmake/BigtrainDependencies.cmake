@@ -13,3 +13,5 @@ find_package(OpenMP REQUIRED)
 if(BIGTRAIN_TESTS)
   find_package(GTest REQUIRED)
 endif()
+# Optional: with MPI, `mpirun -np N bigtrain run` trains data-parallel (pipeline/distributed*).
+find_package(MPI COMPONENTS CXX QUIET)

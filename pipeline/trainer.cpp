@@ -18,11 +18,15 @@
 
 #include "kernels/core/allocator.hpp"
 #include "kernels/core/error.hpp"
+#include "kernels/device_select.hpp"
+#include "kernels/upload.hpp"
 #include "net/grad_clip.hpp"
 #include "net/model.hpp"
 #include "net/optimizer.hpp"
 #include "pipeline/atomic_file.hpp"
 #include "pipeline/checkpoint.hpp"
+#include "pipeline/distributed.hpp"
+#include "pipeline/distributed_training.hpp"
 #include "pipeline/random.hpp"
 #include "pipeline/report.hpp"
 #include "pipeline/tile_stream.hpp"
@@ -85,6 +89,7 @@ struct Trainer::State {
     const auto n = static_cast<std::int64_t>(dataset.train.size());
     return (n + config.train.images_per_step - 1) / config.train.images_per_step;
   }
+  std::vector<net::StateRefs> state_refs() const { return {model->state(), aggregator->state()}; }
   net::Metadata checkpoint_metadata() const;
   void write_checkpoints(bool best);
   EpochSummary train_epoch(std::int64_t epoch);
@@ -113,6 +118,9 @@ net::Metadata Trainer::State::checkpoint_metadata() const {
 }
 
 void Trainer::State::write_checkpoints(bool best) {
+  // Rank 0 writes for all (the ranks' weights are identical); the barrier keeps the
+  // others from loading best.safetensors (before the test split) before it exists.
+  if (!world().is_root()) return world().barrier();
   const fs::path dir = run_dir / "checkpoints";
   fs::create_directories(dir);
   net::Metadata metadata = checkpoint_metadata();
@@ -129,9 +137,11 @@ void Trainer::State::write_checkpoints(bool best) {
   if (best) {
     save_model_checkpoint((dir / "best.safetensors").string(), *model, *aggregator, metadata);
   }
+  world().barrier();
 }
 
 void Trainer::State::append_metrics(const EpochSummary& row) {
+  if (!world().is_root()) return;  // rows hold every rank's images (gathered)
   const auto& m = row.metrics;
   if (metrics_csv.empty()) {
     metrics_csv = "epoch,split,loss,accuracy,balanced_accuracy,auc,images,tiles,seconds,images_per_s,tiles_per_s,"
@@ -158,8 +168,10 @@ EpochSummary Trainer::State::train_epoch(std::int64_t epoch) {
   std::iota(order.begin(), order.end(), std::size_t{0});
   SplitMix64 order_rng(seed(kOrder, e));
   seeded_shuffle(order, order_rng);
+  // This rank's share of every optimizer step (everything, in a single process).
+  const EpochShard shard = shard_epoch(order, config.train.images_per_step, world());
   std::vector<StreamJob> schedule;
-  for (std::size_t image : order) {
+  for (std::size_t image : shard.images) {
     schedule.push_back({image, 1});
     schedule.push_back({image, 2});
   }
@@ -199,6 +211,28 @@ EpochSummary Trainer::State::train_epoch(std::int64_t epoch) {
     }
   };
 
+  // Steps once this rank has its share of the current optimizer step: the ranks'
+  // gradients are summed (one allreduce) before clipping, so every rank clips and
+  // steps on the global gradient. A share may be 0 images; that step still runs.
+  GradientAllreduce gradients(params);
+  const double allreduce_seconds_before = world().stats().allreduce_seconds;
+  std::size_t step_index = 0;
+  auto take_ready_steps = [&] {
+    while (step_index < shard.images_per_step.size() && images_in_step == shard.images_per_step[step_index]) {
+      gradients.sum(world());
+      if (config.train.clip_grad_norm > 0) {
+        net::GradClipOptions clip;
+        clip.max_norm = config.train.clip_grad_norm;
+        clip.error_if_nonfinite = true;
+        net::clip_grad_norm(backend, params, clip);
+      }
+      optimizer->step();
+      optimizer->zero_grad();
+      images_in_step = 0;
+      ++step_index;
+    }
+  };
+  take_ready_steps();  // steps in which this rank has no image (more ranks than images_per_step)
   const StreamStats stats = stream.run(
       schedule,
       [&](std::size_t image) {
@@ -210,7 +244,7 @@ EpochSummary Trainer::State::train_epoch(std::int64_t epoch) {
           if (batch.first_tile == 0)
             step->begin_image(static_cast<std::int64_t>(batch.plan->tiles.size()), sample.label,
                               seed(kDropout, e, batch.image));
-          step->pass1_batch(batch.pixels, batch.first_tile);
+          step->pass1_batch(kernels::upload_async(backend, batch.pixels).get(), batch.first_tile);
           if (batch.last_of_job) {
             const ImageOutcome outcome = step->finish_image(loss_scale);
             if (!std::isfinite(outcome.loss))
@@ -222,24 +256,25 @@ EpochSummary Trainer::State::train_epoch(std::int64_t epoch) {
           }
           return;
         }
-        step->pass2_batch(batch.pixels, batch.first_tile);
+        step->pass2_batch(kernels::upload_async(backend, batch.pixels).get(), batch.first_tile);
         tiles += batch.pixels.dim(0);
         if (!batch.last_of_job) return;
         step->end_image();
         ++images_done;
-        if (++images_in_step == config.train.images_per_step || images_done == static_cast<std::int64_t>(train.size())) {
-          if (config.train.clip_grad_norm > 0) {
-            net::GradClipOptions clip;
-            clip.max_norm = config.train.clip_grad_norm;
-            clip.error_if_nonfinite = true;
-            net::clip_grad_norm(backend, params, clip);
-          }
-          optimizer->step();
-          optimizer->zero_grad();
-          images_in_step = 0;
-        }
+        ++images_in_step;
+        take_ready_steps();
         report_progress(false);
       });
+  take_ready_steps();  // steps in which this rank had no image (the last, short one)
+  BT_CHECK(step_index == shard.images_per_step.size(), "epoch {}: {} of {} optimizer steps taken", epoch, step_index,
+           shard.images_per_step.size());
+  gather_image_results(world(), shard.positions, train.size(), dataset.classes.size(), labels, probabilities, losses);
+  tiles = sum_over_ranks(world(), tiles);
+  average_buffers(world(), state_refs());
+  if (world().distributed() && step_index > 0)
+    spdlog::info("epoch {}: allreduce {:.1f} ms per optimizer step ({:.2f} MB of gradients each; {})", epoch,
+                 1e3 * (world().stats().allreduce_seconds - allreduce_seconds_before) / static_cast<double>(step_index),
+                 static_cast<double>(gradients.bytes()) / 1e6, world().description());
   report_progress(true);
   EpochSummary row;
   row.epoch = epoch;
@@ -256,7 +291,8 @@ EpochSummary Trainer::State::train_epoch(std::int64_t epoch) {
 
 EpochSummary Trainer::State::evaluate(const std::vector<Sample>& split, const std::string& name, std::int64_t epoch) {
   std::vector<StreamJob> schedule;
-  for (std::size_t i = 0; i < split.size(); ++i) schedule.push_back({i, 0});
+  const std::vector<std::size_t> mine = shard_indices(split.size(), world());
+  for (std::size_t i : mine) schedule.push_back({i, 0});
   const int channels = static_cast<int>(model->spec().encoder.in_channels);
   TileStream stream({config.train.tile_batch, config.device.tiles_in_flight, static_cast<int>(config.device.threads)},
                     Preprocessing::from_config(config, channels, false));
@@ -271,7 +307,7 @@ EpochSummary Trainer::State::evaluate(const std::vector<Sample>& split, const st
         const Sample& sample = split[batch.image];
         if (batch.first_tile == 0)
           step->begin_image(static_cast<std::int64_t>(batch.plan->tiles.size()), sample.label, 0);
-        step->eval_batch(batch.pixels, batch.first_tile);
+        step->eval_batch(kernels::upload_async(backend, batch.pixels).get(), batch.first_tile);
         tiles += batch.pixels.dim(0);
         if (!batch.last_of_job) return;
         const ImageOutcome outcome = step->finish_eval();
@@ -280,6 +316,8 @@ EpochSummary Trainer::State::evaluate(const std::vector<Sample>& split, const st
         losses.push_back(outcome.loss);
         step->end_image();
       });
+  gather_image_results(world(), mine, split.size(), dataset.classes.size(), labels, probabilities, losses);
+  tiles = sum_over_ranks(world(), tiles);
   EpochSummary row;
   row.epoch = epoch;
   row.split = name;
@@ -290,8 +328,9 @@ EpochSummary Trainer::State::evaluate(const std::vector<Sample>& split, const st
   row.peak_allocated_bytes = allocator_for(Device::cpu()).stats().peak_bytes;
   row.peak_rss_bytes = peak_rss_bytes();
   row.learning_rate = optimizer->learning_rate(0);
-  write_file_atomically((run_dir / fmt::format("confusion_{}.csv", name)).string(),
-                        confusion_csv(row.metrics, dataset.classes));
+  if (world().is_root())
+    write_file_atomically((run_dir / fmt::format("confusion_{}.csv", name)).string(),
+                          confusion_csv(row.metrics, dataset.classes));
   return row;
 }
 
@@ -303,12 +342,9 @@ Trainer::Trainer(Config config, bool resume) : state_(std::make_unique<State>())
   s.tty = ::isatty(STDERR_FILENO) != 0;
   const Config& c = s.config;
 
-  if (c.device.type == "cuda")
-    throw Error("device.type cuda: the trainer runs on the CPU for now (the aggregation ops have no CUDA kernels "
-                "yet); use device.type: cpu or auto");
-  s.backend = Backend::cpu;
-  if (c.device.type == "auto" && cuda_device_count() > 0)
-    spdlog::warn("device.type auto: a GPU is present, but the trainer runs on the CPU for now");
+  // cuda without a usable GPU is an error saying why; auto takes the GPU when there is one.
+  s.backend = kernels::select_backend(c.device.type);
+  spdlog::info("device: {}", kernels::describe_backend_choice(s.backend));
 
   fs::create_directories(s.run_dir);
   if (resume) {
@@ -335,6 +371,9 @@ Trainer::Trainer(Config config, bool resume) : state_(std::make_unique<State>())
   aggregator.gated = c.aggregator.gated;
   aggregator.dropout = static_cast<float>(c.aggregator.dropout);
   s.aggregator = net::make_aggregator(aggregator, s.model->encoder().feature_dim(), s.seed(kInit, 1));
+  // Before the optimizer is made, so its state lives where the parameters do.
+  s.model->to(backend_device(s.backend));
+  s.aggregator->to(backend_device(s.backend));
   s.image_model = {&s.model->encoder(), s.aggregator.get(), &s.model->head()};
 
   net::OptimizerConfig optimizer;
@@ -379,10 +418,15 @@ Trainer::Trainer(Config config, bool resume) : state_(std::make_unique<State>())
       if (s.metrics_csv.empty() || parsed.ec != std::errc() || epoch <= s.epochs_done) s.metrics_csv += line + "\n";
     }
     spdlog::info("resuming {} after epoch {}", s.run_dir.string(), s.epochs_done);
-  } else {
+  } else if (world().is_root()) {
     save_config(c, (s.run_dir / "config.yaml").string());
     write_file_atomically((s.run_dir / "classes.json").string(), nlohmann::json(s.dataset.classes).dump() + "\n");
   }
+  // Identical starting weights on every rank, whatever each loaded or initialised.
+  broadcast_state(world(), s.state_refs());
+  if (world().distributed())
+    spdlog::info("data-parallel: {}; each optimizer step's {} images are split across the ranks",
+                 world().description(), c.train.images_per_step);
   spdlog::info("{} classes, {} training / {} validation / {} test images; encoder {} ({} features), aggregator {}",
                s.dataset.classes.size(), s.dataset.train.size(), s.dataset.val.size(), s.dataset.test.size(),
                spec.encoder.preset, s.model->encoder().feature_dim(), c.aggregator.kind);
@@ -438,6 +482,7 @@ TrainOutcome Trainer::run() {
       break;
     }
   }
+  write_weights_digest_if_asked(world(), s.state_refs());
   const bool finished = s.epochs_done >= c.train.epochs || outcome.stopped_early;
   if (finished && !s.dataset.test.empty()) {
     const fs::path best = s.run_dir / "checkpoints" / "best.safetensors";

@@ -5,6 +5,7 @@
 
 #include "pipeline/cli/command_registry.hpp"
 #include "pipeline/config.hpp"
+#include "pipeline/distributed.hpp"
 #include "pipeline/logging.hpp"
 #include "pipeline/trainer.hpp"
 
@@ -22,19 +23,33 @@ RegisterCommand run_command("run", [](CLI::App& app) {
   app.add_option("--resume", *resume, "continue the stopped run in this directory (its output.dir)");
   app.add_option("--stop-after", *epochs_now, "stop after this many epochs of this invocation (resume later)");
   return std::function<int()>([config_path, overrides, resume, epochs_now] {
-    std::vector<std::string> settings = *overrides;
-    if (!resume->empty()) settings.push_back("output.dir=" + *resume);
-    Config config = load_config(*config_path, settings);
-    std::filesystem::create_directories(config.output.dir);
-    add_log_file((std::filesystem::path(config.output.dir) / "log.txt").string());
-    Trainer trainer(config, !resume->empty());
-    trainer.set_epoch_limit(*epochs_now);
-    const TrainOutcome outcome = trainer.run();
-    if (outcome.epochs_completed < config.train.epochs && !outcome.stopped_early)
-      spdlog::info("stopped after epoch {}; continue with: bigtrain run {} --resume {}", outcome.epochs_completed,
-                   *config_path, config.output.dir);
-    spdlog::info("run directory: {}", config.output.dir);
-    return 0;
+    // Under mpirun: one rank of a data-parallel run (pipeline/distributed.hpp).
+    DistributedSession session;
+    Communicator& comm = world();
+    if (!comm.is_root()) {
+      // Rank 0 speaks for the run (log.txt, progress); the others only warn.
+      spdlog::set_level(spdlog::level::warn);
+      spdlog::set_pattern(fmt::format("[%H:%M:%S rank {}] [%l] %v", comm.rank()));
+    }
+    try {
+      std::vector<std::string> settings = *overrides;
+      if (!resume->empty()) settings.push_back("output.dir=" + *resume);
+      Config config = load_config(*config_path, settings);
+      std::filesystem::create_directories(config.output.dir);
+      if (comm.is_root()) add_log_file((std::filesystem::path(config.output.dir) / "log.txt").string());
+      Trainer trainer(config, !resume->empty());
+      trainer.set_epoch_limit(*epochs_now);
+      const TrainOutcome outcome = trainer.run();
+      if (outcome.epochs_completed < config.train.epochs && !outcome.stopped_early)
+        spdlog::info("stopped after epoch {}; continue with: bigtrain run {} --resume {}", outcome.epochs_completed,
+                     *config_path, config.output.dir);
+      spdlog::info("run directory: {}", config.output.dir);
+      return 0;
+    } catch (const std::exception& error) {
+      // The other ranks would wait in their next collective: end the whole job now.
+      if (comm.distributed()) comm.abort(error.what());
+      throw;
+    }
   });
 });
 

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Data-parallel `bigtrain run` under mpirun (pipeline/distributed*): 2 ranks train the
+# same weights as 1 process with the same global batch (images_per_step), up to the
+# order of float additions in the gradient sum; both ranks end with bit-identical
+# weights; only rank 0 writes the run directory; a run checkpointed by 2 ranks resumes
+# in 1 process and still ends on the single-process weights.
+set -euo pipefail
+BIGTRAIN=$1
+SOURCE=$2
+fail() { echo "FAIL: $*" >&2; exit 1; }
+command -v mpirun >/dev/null || { echo "SKIP: mpirun not found (apt-get install openmpi-bin libopenmpi-dev)"; exit 77; }
+# CI runs as root; Open MPI refuses root without both of these.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+MPIRUN=(mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cd "$tmp"
+
+"$BIGTRAIN" make-demo-data --out data --mnist "$SOURCE/tests/data/mnist" --size 192 --classes 2,7 --train 10 --val 5 \
+  --test 3 --tile 64 >/dev/null 2>&1 || fail "make-demo-data failed"
+# 10 images, 4 per step: steps of 4, 4, 2 images; with 2 ranks, 2+2, 2+2, 1+1.
+# SGD with momentum, so a wrong gradient in one step shows in all later weights.
+cat > run.yaml <<'YAML'
+data: {train: data/train.csv, val: data/val.csv, test: data/test.csv, mean: [0.05], std: [0.2]}
+tiler: {tile: 64, overlap: 0, border: shift}
+model: {preset: small, in_channels: 1, width: 0.25, stem: {kernel: 5, stride: 2, maxpool: false}}
+aggregator: {kind: attention, hidden: 8}
+train: {epochs: 2, images_per_step: 4, tile_batch: 5, optimizer: sgd, lr: 0.05, momentum: 0.9, seed: 3, freeze_bn: true}
+device: {type: cpu, threads: 1}
+output: {dir: runs/single}
+YAML
+
+"$BIGTRAIN" run run.yaml 2> single.log || { cat single.log; fail "single-process run failed"; }
+if ! "${MPIRUN[@]}" -x BIGTRAIN_WEIGHTS_DIGEST_DIR="$tmp/digests" "$BIGTRAIN" run run.yaml \
+     --set output.dir=runs/mpi > mpi.log 2>&1; then
+  if grep -q "built without MPI" mpi.log; then echo "SKIP: this bigtrain was built without MPI"; exit 77; fi
+  cat mpi.log; fail "2-rank run failed"
+fi
+grep -q "data-parallel: MPI" mpi.log || { cat mpi.log; fail "the 2-rank run did not say it runs data-parallel"; }
+grep -q "allreduce .* ms per optimizer step" runs/mpi/log.txt || { cat mpi.log; fail "no communication time in log.txt"; }
+
+# Both ranks hold the same weights, bit for bit (one allreduce result, same update).
+[ -s digests/weights.rank0.txt ] && [ -s digests/weights.rank1.txt ] || fail "weight digests missing: $(ls digests)"
+cmp -s digests/weights.rank0.txt digests/weights.rank1.txt \
+  || fail "ranks disagree: $(cat digests/weights.rank0.txt) vs $(cat digests/weights.rank1.txt)"
+
+# Rank 0 alone writes: one header and (train, val) x 2 + test rows, counting ALL
+# images (the ranks' shards gathered), not one rank's half.
+[ "$(wc -l < runs/mpi/metrics.csv)" -eq 6 ] || { cat runs/mpi/metrics.csv; fail "metrics.csv rows"; }
+images_col=$(head -1 runs/mpi/metrics.csv | tr ',' '\n' | grep -n '^images$' | cut -d: -f1)
+[ "$(cut -d, -f2,"$images_col" runs/mpi/metrics.csv | tail -n +2 | tr '\n' ' ')" = "train,10 val,5 train,10 val,5 test,3 " ] \
+  || { cat runs/mpi/metrics.csv; fail "metrics rows must count every rank's images"; }
+# Sharded validation gathers every image's result: the same accuracy as one process
+# and the same mean loss up to the weights' last-bit differences (see below).
+paste -d, <(grep ',val,' runs/single/metrics.csv | cut -d, -f3,4) <(grep ',val,' runs/mpi/metrics.csv | cut -d, -f3,4) \
+  | awk -F, '{ d = $1 - $3; if (d < 0) d = -d; if (d > 1e-4 || $2 != $4) exit 1 }' \
+  || { cat runs/single/metrics.csv runs/mpi/metrics.csv; fail "validation metrics differ"; }
+
+# A run checkpointed by 2 ranks resumes in 1 process (the checkpoint is rank-independent).
+"${MPIRUN[@]}" "$BIGTRAIN" run run.yaml --set output.dir=runs/switch --stop-after 1 > switch1.log 2>&1 \
+  || { cat switch1.log; fail "2-rank first epoch failed"; }
+"$BIGTRAIN" run run.yaml --resume runs/switch 2> switch2.log || { cat switch2.log; fail "1-process resume failed"; }
+
+# Final weights against the single-process run. The only difference is the order of
+# float32 additions in each step's gradient sum ((a+b)+(c+d) against ((a+b)+c)+d):
+# relative 1e-7 per step, carried through 6 momentum steps. 1e-5 relative (+1e-6
+# absolute for weights near 0) is ~100x that and far below one step's update
+# (lr 0.05 x gradient), which is what a wrong shard or a doubled gradient changes.
+PY=$(command -v python3)
+"$PY" - runs/single/checkpoints/last.safetensors runs/mpi/checkpoints/last.safetensors \
+  runs/switch/checkpoints/last.safetensors <<'PYEOF' || fail "weights differ from the single-process run"
+import json, struct, sys
+def load(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__" or info["dtype"] != "F32":
+            continue
+        a, b = info["data_offsets"]
+        out[name] = struct.unpack("<%df" % ((b - a) // 4), data[a:b])
+    return out
+single = load(sys.argv[1])
+ok = True
+for other_path in sys.argv[2:]:
+    other = load(other_path)
+    assert set(other) == set(single), "different tensors"
+    worst_ratio, worst_diff, worst_name, changed = 0.0, 0.0, "", 0
+    for name, values in single.items():
+        for x, y in zip(values, other[name]):
+            changed += x != y
+            ratio = abs(x - y) / (1e-6 + 1e-5 * abs(x))
+            if ratio > worst_ratio:
+                worst_ratio, worst_diff, worst_name = ratio, abs(x - y), name
+    print(f"{other_path}: {changed} values differ; largest difference {worst_diff:.3g} ({worst_name}), "
+          f"{worst_ratio:.3g} x the tolerance")
+    ok = ok and worst_ratio <= 1.0
+sys.exit(0 if ok else 1)
+PYEOF
+echo "ok"
