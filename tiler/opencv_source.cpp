@@ -1,5 +1,6 @@
 #include "tiler/opencv_source.hpp"
 
+#include <filesystem>
 #include <fstream>
 #include <vector>
 
@@ -104,6 +105,16 @@ OpenCvSource::OpenCvSource(const std::string& path, const std::string& format) {
   if (!in) fail(path, "cannot open");
   Header h = format == "png" ? read_png_header(path, in) : format == "jpeg" ? read_jpeg_header(path, in) : read_bmp_header(path, in);
   if (h.width <= 0 || h.height <= 0) fail(path, fmt::format("the header declares an invalid size {}x{}", h.width, h.height));
+  // A compressed stream cannot expand beyond its format's ratio limit (Deflate:
+  // 1032:1; BMP's RLE: 128:1; JPEG: no hard limit, so a generous 4096:1), so a tiny
+  // file declaring a huge image is refused before OpenCV allocates for it.
+  std::error_code ec;
+  const int64_t file_bytes = static_cast<int64_t>(std::filesystem::file_size(path, ec));
+  const int64_t max_ratio = format == "png" ? 1100 : format == "bmp" ? 300 : 4096;
+  const int64_t declared_bytes = h.width * h.height * h.channels * (h.bits / 8);
+  if (!ec && h.width <= kMaxWholePixels && h.height <= kMaxWholePixels && declared_bytes > file_bytes * max_ratio + (1 << 20))
+    fail(path, fmt::format("the header declares {}x{} but the file has only {} bytes: truncated or corrupt {}", h.width,
+                           h.height, file_bytes, format));
   if (h.width * h.height > kMaxWholePixels)
     fail(path, fmt::format("{}x{} is too large to decode whole as {} (at most {} pixels); convert it to a tiled TIFF",
                            h.width, h.height, format, kMaxWholePixels));

@@ -206,6 +206,11 @@ TEST(BadInput, BrokenPngJpegAndBmpHeaders) {
   const std::string jpeg = dir.file("broken.jpg");
   write_bytes(jpeg, std::string("\xFF\xD8\xFF\xE0\0\x10JFIF", 10));
   expect_error([&] { open_image(jpeg); }, {jpeg, "JPEG"});
+  // A 100-byte PNG declaring 20000x20000 is refused before any decode allocates.
+  const std::string huge = dir.file("huge.png");
+  std::string header("\x89PNG\r\n\x1a\n\0\0\0\x0dIHDR\0\0\x4e\x20\0\0\x4e\x20\x08\x02\0\0\0", 29);
+  write_bytes(huge, header + std::string(71, '\0'));
+  expect_error([&] { open_image(huge); }, {huge, "declares 20000x20000 but the file has only 100 bytes"});
   const std::string bmp = dir.file("broken.bmp");
   write_bytes(bmp, "BM\x10");
   expect_error([&] { open_image(bmp); }, {bmp, "BMP"});
