@@ -32,7 +32,7 @@ double number(const std::string& text) {
 
 }  // namespace
 
-CompareRow compare_row_from_run(const std::string& name, const std::string& run_dir) {
+CompareRow compare_row_from_run(const std::string& name, const std::string& run_dir, bool prefer_test) {
   const std::string path = run_dir + "/metrics.csv";
   std::ifstream in(path);
   BT_CHECK(in, "{}: cannot open the run's metrics (was the run trained?)", path);
@@ -48,7 +48,7 @@ CompareRow compare_row_from_run(const std::string& name, const std::string& run_
   row.name = name;
   row.run_dir = run_dir;
   std::vector<std::string> last_val, test;
-  double seconds = 0.0, images_per_s = 0.0, tiles_per_s = 0.0;
+  double seconds = 0.0, images_per_s = 0.0, tiles_per_s = 0.0, images = 0.0, tiles = 0.0;
   std::int64_t train_rows = 0;
   while (std::getline(in, line)) {
     if (line.empty()) continue;
@@ -64,6 +64,10 @@ CompareRow compare_row_from_run(const std::string& name, const std::string& run_
       seconds += number(f[column["seconds"]]);
       images_per_s += number(f[column["images_per_s"]]);
       tiles_per_s += number(f[column["tiles_per_s"]]);
+      if (column.contains("images") && column.contains("tiles")) {
+        images += number(f[column["images"]]);
+        tiles += number(f[column["tiles"]]);
+      }
     } else if (split == "val") {
       last_val = f;
     } else if (split == "test") {
@@ -74,9 +78,11 @@ CompareRow compare_row_from_run(const std::string& name, const std::string& run_
   row.train_seconds_per_epoch = seconds / static_cast<double>(train_rows);
   row.train_images_per_s = images_per_s / static_cast<double>(train_rows);
   row.train_tiles_per_s = tiles_per_s / static_cast<double>(train_rows);
-  const std::vector<std::string>& chosen = !test.empty() ? test : last_val;
+  row.tiles_per_image = images > 0.0 ? tiles / images : 0.0;
+  const bool use_test = !test.empty() && (prefer_test || last_val.empty());
+  const std::vector<std::string>& chosen = use_test ? test : last_val;
   BT_CHECK(!chosen.empty(), "{}: no validation or test rows", path);
-  row.split = !test.empty() ? "test" : "val";
+  row.split = use_test ? "test" : "val";
   row.accuracy = number(chosen[column["accuracy"]]);
   row.balanced_accuracy = number(chosen[column["balanced_accuracy"]]);
   row.loss = number(chosen[column["loss"]]);
@@ -94,22 +100,23 @@ void sort_best_first(std::vector<CompareRow>& rows) {
 std::string compare_csv(const std::vector<CompareRow>& rows) {
   std::string out =
       "name,split,epochs,accuracy,balanced_accuracy,loss,train_seconds_per_epoch,train_images_per_s,"
-      "train_tiles_per_s,peak_allocated_bytes,peak_rss_bytes,run_dir\n";
+      "train_tiles_per_s,tiles_per_image,peak_allocated_bytes,peak_rss_bytes,run_dir\n";
   for (const CompareRow& r : rows)
-    out += fmt::format("{},{},{},{:.6f},{:.6f},{:.6f},{:.3f},{:.3f},{:.3f},{},{},{}\n", r.name, r.split, r.epochs,
-                       r.accuracy, r.balanced_accuracy, r.loss, r.train_seconds_per_epoch, r.train_images_per_s,
-                       r.train_tiles_per_s, r.peak_allocated_bytes, r.peak_rss_bytes, r.run_dir);
+    out += fmt::format("{},{},{},{:.6f},{:.6f},{:.6f},{:.3f},{:.3f},{:.3f},{:.2f},{},{},{}\n", r.name, r.split,
+                       r.epochs, r.accuracy, r.balanced_accuracy, r.loss, r.train_seconds_per_epoch,
+                       r.train_images_per_s, r.train_tiles_per_s, r.tiles_per_image, r.peak_allocated_bytes,
+                       r.peak_rss_bytes, r.run_dir);
   return out;
 }
 
 std::string compare_markdown(const std::vector<CompareRow>& rows) {
   std::string out =
-      "| run | split | epochs | accuracy | balanced acc. | loss | train s/epoch | images/s | tiles/s | peak alloc. MiB | "
-      "peak RSS MiB |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+      "| run | split | epochs | accuracy | balanced acc. | loss | train s/epoch | images/s | tiles/s | tiles/image | "
+      "peak alloc. MiB | peak RSS MiB |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
   for (const CompareRow& r : rows)
-    out += fmt::format("| {} | {} | {} | {:.3f} | {:.3f} | {:.4f} | {:.1f} | {:.2f} | {:.1f} | {:.1f} | {:.1f} |\n",
+    out += fmt::format("| {} | {} | {} | {:.3f} | {:.3f} | {:.4f} | {:.1f} | {:.2f} | {:.1f} | {:.1f} | {:.1f} | {:.1f} |\n",
                        r.name, r.split, r.epochs, r.accuracy, r.balanced_accuracy, r.loss, r.train_seconds_per_epoch,
-                       r.train_images_per_s, r.train_tiles_per_s,
+                       r.train_images_per_s, r.train_tiles_per_s, r.tiles_per_image,
                        static_cast<double>(r.peak_allocated_bytes) / (1 << 20),
                        static_cast<double>(r.peak_rss_bytes) / (1 << 20));
   return out;
