@@ -24,7 +24,10 @@ void Conv2dSpec::validate() const {
   BT_CHECK(pad_h >= 0 && pad_w >= 0, "conv2d: padding {}x{} must not be negative", pad_h, pad_w);
   BT_CHECK(groups >= 1 && in_channels % groups == 0 && out_channels % groups == 0,
            "conv2d: groups {} must divide in_channels {} and out_channels {}", groups, in_channels, out_channels);
-  BT_CHECK(out_h() >= 1 && out_w() >= 1,
+  // Compared before dividing by the stride: C++ division truncates a small negative
+  // numerator to 0, which would make a too-small input look like a 1-pixel output.
+  BT_CHECK(in_h + 2 * pad_h >= std::int64_t{dilation_h} * (kernel_h - 1) + 1 &&
+               in_w + 2 * pad_w >= std::int64_t{dilation_w} * (kernel_w - 1) + 1,
            "conv2d: input {}x{} with padding {}x{} is smaller than the dilated kernel {}x{} (dilation {}x{})", in_h,
            in_w, pad_h, pad_w, kernel_h, kernel_w, dilation_h, dilation_w);
 }

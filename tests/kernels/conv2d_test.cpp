@@ -219,6 +219,11 @@ TEST_P(Conv2dErrors, RejectInconsistentSpecsAndArguments) {
   EXPECT_THROW(make_conv2d(backend, bad_groups), Error);
   Conv2dSpec too_small = conv(1, 1, 1, 2, 2, 5, 5, 1, 1, 0, 0);
   EXPECT_THROW(make_conv2d(backend, too_small), Error);
+  // 3 pixels short of an 11x11 stride-4 kernel: integer division alone would call it a 1x1 output.
+  Conv2dSpec short_by_three = conv(1, 1, 1, 8, 8, 11, 11, 4, 4, 0, 0);
+  EXPECT_THROW(make_conv2d(backend, short_by_three), Error);
+  Conv2dSpec exactly_one_window = conv(1, 1, 1, 11, 11, 11, 11, 4, 4, 0, 0);
+  EXPECT_NO_THROW(make_conv2d(backend, exactly_one_window));
   Conv2dSpec zero_stride = conv(1, 1, 1, 4, 4, 3, 3, 0, 1, 0, 0);
   EXPECT_THROW(make_conv2d(backend, zero_stride), Error);
 
