@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <new>
 
 #include "kernels/core/error.hpp"
@@ -78,6 +79,25 @@ void CachingAllocator::release_all_cached_locked() {
 }
 
 HostAllocator::~HostAllocator() { release_all_cached_locked(); }
+
+namespace {
+// BIGTRAIN_POISON_MEMORY=1 fills every host block handed out with 0xFF bytes (a
+// float NaN), so code that reads a tensor before writing it (a stale cached block
+// looks like valid data) turns into a NaN that tests catch.
+bool poison_memory() {
+  static const bool enabled = [] {
+    const char* value = std::getenv("BIGTRAIN_POISON_MEMORY");
+    return value != nullptr && value[0] != '\0' && value[0] != '0';
+  }();
+  return enabled;
+}
+}  // namespace
+
+void* HostAllocator::allocate(std::size_t bytes) {
+  void* ptr = CachingAllocator::allocate(bytes);
+  if (poison_memory()) std::memset(ptr, 0xFF, rounded_size(bytes));
+  return ptr;
+}
 
 void* HostAllocator::system_allocate(std::size_t bytes) {
   void* ptr = std::aligned_alloc(kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment);

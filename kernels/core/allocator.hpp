@@ -61,6 +61,7 @@ class CachingAllocator : public Allocator {
 class HostAllocator final : public CachingAllocator {
  public:
   ~HostAllocator() override;
+  void* allocate(std::size_t bytes) override;
   Device device() const override { return Device::cpu(); }
 
  protected:

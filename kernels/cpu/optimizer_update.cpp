@@ -24,14 +24,14 @@ void sgd_update(const SgdHyper& hyper, bool first_step, Tensor& param, const Ten
   }
   float* buffer = momentum_buffer.data<float>();
   const float momentum = static_cast<float>(hyper.momentum);
-  // The first step starts the buffer at the gradient, as PyTorch's clone does.
-  const float keep = first_step ? 0.0f : momentum;
-  const float take = first_step ? 1.0f : static_cast<float>(1.0 - hyper.dampening);
+  // The first step starts the buffer at the gradient, as PyTorch's clone does, and
+  // never reads it: it is uninitialised memory (a recycled block), and 0 * NaN = NaN.
+  const float take = static_cast<float>(1.0 - hyper.dampening);
   const bool nesterov = hyper.nesterov;
 #pragma omp parallel for simd schedule(static) if (n >= kParallelThreshold)
   for (std::int64_t i = 0; i < n; ++i) {
     const float g = dp[i] + weight_decay * p[i];
-    const float b = keep * buffer[i] + take * g;
+    const float b = first_step ? g : momentum * buffer[i] + take * g;
     buffer[i] = b;
     p[i] -= lr * (nesterov ? g + momentum * b : b);
   }

@@ -16,6 +16,7 @@ void sgd_update(const SgdHyper& hyper, bool first_step, Tensor& param, const Ten
   k.use_momentum = hyper.momentum != 0.0;
   k.momentum = static_cast<float>(hyper.momentum);
   // The first step starts the buffer at the gradient, as PyTorch's clone does.
+  k.first_step = first_step;
   k.keep = first_step ? 0.0f : k.momentum;
   k.take = first_step ? 1.0f : static_cast<float>(1.0 - static_cast<double>(hyper.dampening));
   k.nesterov = hyper.nesterov;

@@ -15,7 +15,7 @@ __global__ void sgd_kernel(SgdScalars k, float* p, const float* dp, float* buffe
       p[i] = __fsub_rn(p[i], __fmul_rn(k.lr, g));
       continue;
     }
-    const float b = __fadd_rn(__fmul_rn(k.keep, buffer[i]), __fmul_rn(k.take, g));
+    const float b = k.first_step ? g : __fadd_rn(__fmul_rn(k.keep, buffer[i]), __fmul_rn(k.take, g));
     buffer[i] = b;
     const float step = k.nesterov ? __fadd_rn(g, __fmul_rn(k.momentum, b)) : b;
     p[i] = __fsub_rn(p[i], __fmul_rn(k.lr, step));

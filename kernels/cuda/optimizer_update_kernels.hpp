@@ -12,6 +12,9 @@ namespace bigtrain::cuda::launch {
 struct SgdScalars {
   float lr = 0.0f, weight_decay = 0.0f, momentum = 0.0f;
   float keep = 0.0f, take = 1.0f;  // buffer = keep * buffer + take * g
+  // The first step never reads the buffer: it is uninitialised memory, and
+  // 0 * NaN would poison the parameters.
+  bool first_step = false;
   bool use_momentum = false, nesterov = false;
 };
 cudaError_t sgd_update(const SgdScalars& k, float* param, const float* grad, float* momentum_buffer,

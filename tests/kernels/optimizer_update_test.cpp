@@ -95,6 +95,27 @@ TEST_P(OptimizerBackend, SgdMatchesReferenceOverSteps) {
   }
 }
 
+// The momentum buffer of a first step is fresh memory, possibly a recycled block
+// holding NaN bit patterns: the first step must not read it (0 * NaN is NaN).
+TEST_P(OptimizerBackend, SgdFirstStepIgnoresTheBuffersOldContents) {
+  const Backend backend = GetParam();
+  BT_SKIP_UNLESS_AVAILABLE(backend);
+  const std::int64_t n = 1000;
+  SgdHyper hyper;
+  hyper.lr = 0.1;
+  hyper.momentum = 0.9;
+  Tensor param = testing::on_backend(testing::random_tensor({n}, 11), backend);
+  const Tensor grad = testing::on_backend(testing::random_tensor({n}, 12), backend);
+  Tensor buffer = testing::on_backend(Tensor::empty({n}), backend);
+  buffer.fill(std::nanf(""));
+  sgd_update(backend, hyper, /*first_step=*/true, param, grad, buffer);
+  const std::vector<float> p = param.to_vector(), b = buffer.to_vector(), g = grad.to_vector();
+  for (std::int64_t i = 0; i < n; ++i) {
+    ASSERT_TRUE(std::isfinite(p[i])) << "parameter " << i << " became " << p[i];
+    ASSERT_EQ(b[i], g[i]) << "the first step's buffer is the gradient, element " << i;
+  }
+}
+
 TEST_P(OptimizerBackend, AdamWMatchesReferenceOverSteps) {
   const Backend backend = GetParam();
   BT_SKIP_UNLESS_AVAILABLE(backend);
