@@ -1,4 +1,5 @@
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -187,7 +188,7 @@ TEST(Config, ResolvedYamlRoundTrips) {
 }
 
 TEST(Config, DataPathsAreRelativeToTheConfigFile) {
-  const auto dir = std::filesystem::temp_directory_path() / "bigtrain_config_test";
+  const auto dir = std::filesystem::temp_directory_path() / ("bigtrain_config_test_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir / "sub");
   const auto path = (dir / "sub" / "c.yaml").string();
   std::ofstream(path) << "data:\n  train: ../data/train.csv\n  test: /abs/test.csv\n";

@@ -1,5 +1,7 @@
 // The demo dataset generator on the cached real MNIST digits.
 #include <gtest/gtest.h>
+#include <string>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -26,7 +28,7 @@ TEST(DemoData, ReadsTheCachedMnist) {
 }
 
 TEST(DemoData, WritesTiledTiffsAndManifestsDeterministically) {
-  const fs::path dir = fs::temp_directory_path() / "bigtrain_demo_data_test";
+  const fs::path dir = fs::temp_directory_path() / ("bigtrain_demo_data_test_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   DemoDataOptions options;
   options.out = (dir / "a").string();
@@ -74,7 +76,7 @@ TEST(DemoData, WritesTiledTiffsAndManifestsDeterministically) {
 }
 
 TEST(DemoData, BadInputsAreClearErrors) {
-  const fs::path dir = fs::temp_directory_path() / "bigtrain_demo_data_bad";
+  const fs::path dir = fs::temp_directory_path() / ("bigtrain_demo_data_bad_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   std::ofstream(dir / "mnist-images-idx3-ubyte.gz") << "not gzip, not idx";
   std::ofstream(dir / "mnist-labels-idx1-ubyte.gz") << "nope";

@@ -1,6 +1,8 @@
 // `bigtrain eval`'s summaries: precision from the confusion matrix, the JSON a script
 // reads, the confusion matrix image.
 #include <gtest/gtest.h>
+#include <string>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -64,7 +66,7 @@ TEST(EvalTest, JsonSummaryHasEveryMetric) {
 
 TEST(EvalTest, ConfusionPngHasACellPerClassPair) {
   const EvaluationReport r = two_class_report();
-  const fs::path out = fs::temp_directory_path() / "bigtrain_eval_test_confusion.png";
+  const fs::path out = fs::temp_directory_path() / ("bigtrain_eval_test_confusion_" + std::to_string(::getpid()) + ".png");
   write_confusion_png(out.string(), r.metrics, r.classes);
   const cv::Mat png = cv::imread(out.string(), cv::IMREAD_COLOR);
   fs::remove(out);

@@ -1,6 +1,8 @@
 // Heatmaps: overlapping tiles average, files have the sizes the image implies, and
 // the colours are those of the tiles' values.
 #include <gtest/gtest.h>
+#include <string>
+#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
@@ -46,7 +48,7 @@ TEST(HeatmapTest, ColourScaleRunsFromBlueToRed) {
 class HeatmapFileTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / "bigtrain_heatmap_test";
+    dir_ = fs::temp_directory_path() / ("bigtrain_heatmap_test_" + std::to_string(::getpid()));
     fs::remove_all(dir_);
     fs::create_directories(dir_);
     // A 1000 x 600 grey image, tiles of 200 every 100 px (overlap 100): 9 x 5 tiles.

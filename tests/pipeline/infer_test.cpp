@@ -2,6 +2,8 @@
 // be what the evaluation inside training computed, per-tile scores must be the head
 // applied to each tile alone, and bad inputs fail one item at a time.
 #include <gtest/gtest.h>
+#include <string>
+#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
@@ -27,7 +29,7 @@ namespace fs = std::filesystem;
 class InferTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    root_ = fs::temp_directory_path() / "bigtrain_infer_test";
+    root_ = fs::temp_directory_path() / ("bigtrain_infer_test_" + std::to_string(::getpid()));
     fs::remove_all(root_);
     const MnistDigits digits = load_mnist_folder(BIGTRAIN_SOURCE_DIR "/tests/data/mnist");
     DemoDataOptions options;

@@ -2,6 +2,8 @@
 // readable only at full resolution: it must learn, and a stopped-and-resumed run
 // must end with exactly the weights of the uninterrupted one.
 #include <gtest/gtest.h>
+#include <string>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstring>
@@ -20,7 +22,7 @@ namespace fs = std::filesystem;
 class TrainerTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    root_ = fs::temp_directory_path() / "bigtrain_trainer_test";
+    root_ = fs::temp_directory_path() / ("bigtrain_trainer_test_" + std::to_string(::getpid()));
     fs::remove_all(root_);
     const MnistDigits digits = load_mnist_folder(BIGTRAIN_SOURCE_DIR "/tests/data/mnist");
     DemoDataOptions options;
