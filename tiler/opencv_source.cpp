@@ -108,16 +108,18 @@ OpenCvSource::OpenCvSource(const std::string& path, const std::string& format) {
   // A compressed stream cannot expand beyond its format's ratio limit (Deflate:
   // 1032:1; BMP's RLE: 128:1; JPEG: no hard limit, so a generous 4096:1), so a tiny
   // file declaring a huge image is refused before OpenCV allocates for it.
+  // Each side is bounded before any product is formed, so no size arithmetic can
+  // overflow (a fuzzed BMP declared 3.5e18 pixels a side).
+  if (h.width > kMaxWholePixels || h.height > kMaxWholePixels || h.width * h.height > kMaxWholePixels)
+    fail(path, fmt::format("{}x{} is too large to decode whole as {} (at most {} pixels); convert it to a tiled TIFF",
+                           h.width, h.height, format, kMaxWholePixels));
   std::error_code ec;
   const int64_t file_bytes = static_cast<int64_t>(std::filesystem::file_size(path, ec));
   const int64_t max_ratio = format == "png" ? 1100 : format == "bmp" ? 300 : 4096;
   const int64_t declared_bytes = h.width * h.height * h.channels * (h.bits / 8);
-  if (!ec && h.width <= kMaxWholePixels && h.height <= kMaxWholePixels && declared_bytes > file_bytes * max_ratio + (1 << 20))
+  if (!ec && declared_bytes > file_bytes * max_ratio + (1 << 20))
     fail(path, fmt::format("the header declares {}x{} but the file has only {} bytes: truncated or corrupt {}", h.width,
                            h.height, file_bytes, format));
-  if (h.width * h.height > kMaxWholePixels)
-    fail(path, fmt::format("{}x{} is too large to decode whole as {} (at most {} pixels); convert it to a tiled TIFF",
-                           h.width, h.height, format, kMaxWholePixels));
   info_.path = path;
   info_.format = format;
   info_.channels = h.channels;
