@@ -44,7 +44,7 @@ Tensor BatchNorm2d::forward(const Tensor& x, const ForwardContext& ctx) {
   Tensor save_invstd = Tensor::empty({channels_}, DType::f32, device);
   const bool update = ctx.update_bn_running_stats;
   bn.forward_training(x, weight_.value, bias_.value, y, save_mean, save_invstd, update ? &running_mean_.value : nullptr,
-                      update ? &running_var_.value : nullptr, kMomentum);
+                      update ? &running_var_.value : nullptr, ctx.bn_momentum);
   if (update) ++num_batches_tracked_.value;
   if (ctx.keep_activations) saved_.push_back({ctx.backend, spec, true, x, std::move(save_mean), std::move(save_invstd)});
   return y;

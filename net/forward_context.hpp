@@ -24,6 +24,10 @@ struct ForwardContext {
   // BatchNorm normalises with its running statistics even when training, and its
   // backward holds them constant (pretrained encoders in streaming pipelines).
   bool freeze_bn = false;
+  // Weight of the current batch in the running statistics. PyTorch's 0.1 normally;
+  // calibration passes 1/(k+1) for batch k so the result is the plain average over
+  // the calibration batches rather than an average dominated by the last few.
+  float bn_momentum = 0.1f;  // BatchNorm2d::kMomentum
   // Dropout element i of a layer is kept when philox(mix(dropout_seed, layer), dropout_offset + i) >= p;
   // the trainer gives each tile batch its own offset and reuses it in pass 2.
   std::uint64_t dropout_seed = 0;

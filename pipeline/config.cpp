@@ -109,6 +109,7 @@ TrainConfig read_train(ConfigSection s) {
     e.finish();
   }
   t.freeze_bn = s.get_bool("freeze_bn", t.freeze_bn);
+  t.bn_calibration_images = s.get_int("bn_calibration_images", t.bn_calibration_images, 0, kIntMax);
   t.best_metric =
       s.get_choice("best_metric", t.best_metric, {"val_accuracy", "val_balanced_accuracy", "val_loss", "val_auc"});
   s.finish();
@@ -252,6 +253,7 @@ std::string config_to_yaml(const Config& c) {
   out << YAML::Key << "min_delta" << YAML::Value << t.early_stopping.min_delta;
   out << YAML::EndMap;
   out << YAML::Key << "freeze_bn" << YAML::Value << t.freeze_bn;
+  out << YAML::Key << "bn_calibration_images" << YAML::Value << t.bn_calibration_images;
   out << YAML::Key << "best_metric" << YAML::Value << t.best_metric;
   out << YAML::EndMap;
 

@@ -77,6 +77,9 @@ struct TrainConfig {
   std::uint64_t seed = 0;
   EarlyStoppingConfig early_stopping;
   bool freeze_bn = false;
+  // With freeze_bn and a freshly initialised encoder, the running statistics are
+  // estimated from this many training images before the first step (0: off).
+  std::int64_t bn_calibration_images = 0;
   std::string best_metric = "val_accuracy";  // val_accuracy | val_balanced_accuracy | val_loss | val_auc
 };
 

@@ -24,6 +24,7 @@
 #include "net/model.hpp"
 #include "net/optimizer.hpp"
 #include "pipeline/atomic_file.hpp"
+#include "pipeline/bn_calibration.hpp"
 #include "pipeline/checkpoint.hpp"
 #include "pipeline/distributed.hpp"
 #include "pipeline/distributed_training.hpp"
@@ -37,7 +38,7 @@ namespace fs = std::filesystem;
 namespace {
 
 // Purposes mixed into the run seed, so each kind of draw has its own stream.
-enum Stream : std::uint64_t { kOrder = 1, kSubsample = 2, kAugment = 3, kDropout = 4, kInit = 5 };
+enum Stream : std::uint64_t { kOrder = 1, kSubsample = 2, kAugment = 3, kDropout = 4, kInit = 5, kBnCalibration = 6 };
 
 std::int64_t peak_rss_bytes() {
   rusage usage{};
@@ -375,6 +376,15 @@ Trainer::Trainer(Config config, bool resume) : state_(std::make_unique<State>())
   s.model->to(backend_device(s.backend));
   s.aggregator->to(backend_device(s.backend));
   s.image_model = {&s.model->encoder(), s.aggregator.get(), &s.model->head()};
+  if (!resume && c.train.bn_calibration_images > 0) {
+    if (!c.train.freeze_bn)
+      spdlog::warn("train.bn_calibration_images without train.freeze_bn: training BatchNorm replaces the "
+                   "calibrated statistics with its own running averages");
+    const BnCalibration calibration = calibrate_batch_norm(s.model->encoder(), s.backend, c, s.dataset.train,
+                                                           c.train.bn_calibration_images, s.seed(kBnCalibration));
+    spdlog::info("BatchNorm running statistics estimated from {} tiles of {} training images ({} batches, {:.1f} s)",
+                 calibration.tiles, calibration.images, calibration.batches, calibration.seconds);
+  }
 
   net::OptimizerConfig optimizer;
   optimizer.kind = c.train.optimizer;
