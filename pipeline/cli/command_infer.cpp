@@ -1,5 +1,6 @@
 // `bigtrain infer IMAGE|DIR... --checkpoint CKPT [--json] [--heatmap OUT] [--tiles-csv OUT]`:
 // image-level predictions from a checkpoint, with tile heatmaps.
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -14,7 +15,10 @@
 #include "pipeline/atomic_file.hpp"
 #include "pipeline/cli/command_registry.hpp"
 #include "pipeline/heatmap.hpp"
+#include "pipeline/distributed.hpp"
+#include "pipeline/distributed_training.hpp"
 #include "pipeline/infer.hpp"
+#include "pipeline/infer_shard.hpp"
 
 namespace bigtrain::cli {
 namespace {
@@ -66,6 +70,143 @@ std::string tiles_csv(const ImagePrediction& p, const std::vector<std::string>& 
   return csv;
 }
 
+// Prints one image's output (rank 0, in input order).
+void emit(const ItemReport& report) {
+  for (const std::string& error : report.errors) spdlog::error("{}", error);
+  if (!report.out.empty()) fmt::print("{}", report.out);
+  std::fflush(stdout);
+}
+
+int run_infer(const InferArgs& a, Communicator& comm) {
+  const Backend backend = kernels::select_backend(a.device);
+  if (backend != Backend::cpu)
+    throw Error(fmt::format("--device {}: inference runs on the CPU for now (as training does)", a.device));
+  LoadedCheckpoint checkpoint = load_checkpoint_for_inference(a.checkpoint);
+  InferenceOptions options;
+  options.backend = backend;
+  options.tile_batch = a.tile_batch;
+  options.threads = static_cast<int>(a.threads);
+  options.tile_results = !a.heatmap.empty() || !a.tiles_csv.empty();
+  InferenceEngine engine(checkpoint, options);
+  TilerConfig& t = engine.tiler();
+  if (a.tile > 0) t.tile = a.tile;
+  if (a.overlap >= 0) t.overlap = a.overlap;
+  if (!a.border.empty()) t.border = a.border;
+  if (a.level >= 0) t.level = a.level;
+  if (a.downsample > 0) t.downsample = a.downsample;
+  if (a.min_foreground >= 0) t.min_foreground = a.min_foreground;
+  if (!a.foreground.empty()) t.foreground = a.foreground;
+  BT_CHECK(t.overlap < t.tile, "--overlap {} must be smaller than the tile size {}", t.overlap, t.tile);
+
+  const bool attention = checkpoint.aggregator->kind() == net::AggregatorKind::attention;
+  int heatmap_class = -1;
+  if (!a.heatmap_class.empty()) {
+    auto found = std::find(checkpoint.classes.begin(), checkpoint.classes.end(), a.heatmap_class);
+    BT_CHECK(found != checkpoint.classes.end(), "--heatmap-class {}: the checkpoint's classes are {}",
+             a.heatmap_class, nlohmann::json(checkpoint.classes).dump());
+    heatmap_class = static_cast<int>(found - checkpoint.classes.begin());
+  }
+  std::string heatmap_kind;
+  if (!a.heatmap.empty()) {
+    const std::string ext = fs::path(a.heatmap).extension().string();
+    heatmap_kind = ext == ".png" ? "png" : (ext == ".tif" || ext == ".tiff") ? "tiff" : "";
+    BT_CHECK(!heatmap_kind.empty(), "--heatmap {}: give a .png or a .tif/.tiff file name", a.heatmap);
+  }
+
+  const std::vector<std::string> images = expand_image_paths(a.inputs);
+  BT_CHECK(!images.empty(), "no images found in {}", nlohmann::json(a.inputs).dump());
+  // This rank's share, round robin; run() numbers its items 0.. in this order.
+  const std::vector<std::size_t> mine = shard_indices(images.size(), comm);
+  std::vector<InferenceItem> items;
+  for (std::size_t i : mine) items.push_back({images[i], -1});
+  const auto heatmaps = output_paths(a.heatmap, images);
+  const auto csvs = output_paths(a.tiles_csv, images);
+  for (const std::string* out : {&a.heatmap, &a.tiles_csv})
+    if (!out->empty() && fs::path(*out).has_parent_path()) fs::create_directories(fs::path(*out).parent_path());
+
+  std::int64_t failed_outputs = 0;
+  std::vector<ItemReport> reports;  // distributed: printed by rank 0 after the gather
+  const auto started = std::chrono::steady_clock::now();
+  InferenceStats stats;
+  if (!items.empty()) stats = engine.run(items, [&](ImagePrediction&& p) {
+    ItemReport report;
+    report.index = mine.at(p.index);
+    if (!p.ok()) {
+      report.errors.push_back(p.error);
+      if (a.json) report.out = nlohmann::json{{"path", p.path}, {"error", p.error}}.dump() + "\n";
+    } else {
+      const std::string& top = checkpoint.classes[static_cast<std::size_t>(p.top_class)];
+      if (a.json) {
+        nlohmann::json probabilities = nlohmann::json::object();
+        for (std::size_t k = 0; k < checkpoint.classes.size(); ++k)
+          probabilities[checkpoint.classes[k]] = p.probabilities[k];
+        report.out = nlohmann::json{{"path", p.path},
+                                    {"probabilities", probabilities},
+                                    {"top_class", top},
+                                    {"top_probability", p.probabilities[static_cast<std::size_t>(p.top_class)]},
+                                    {"tiles", p.tiles},
+                                    {"grid_tiles", p.grid_tiles},
+                                    {"background_dropped", p.background_dropped},
+                                    {"seconds", p.seconds}}
+                         .dump() +
+                     "\n";
+      } else {
+        std::string scores;
+        for (std::size_t k = 0; k < checkpoint.classes.size(); ++k)
+          scores += fmt::format("  {} {:.4f}", checkpoint.classes[k], p.probabilities[k]);
+        report.out = fmt::format("{}: {} ({:.4f}){}  [{} tiles, {:.2f} s]\n", p.path, top,
+                                 p.probabilities[static_cast<std::size_t>(p.top_class)], scores, p.tiles, p.seconds);
+      }
+      // One process prints the result before writing the image's files, so it shows
+      // as soon as it is known.
+      if (!comm.distributed()) {
+        emit(report);
+        report.out.clear();
+      }
+      try {
+        if (!heatmap_kind.empty()) {
+          const HeatmapValues values = heatmap_values(p, checkpoint.classes, attention, heatmap_class);
+          const std::string& out = heatmaps.at(report.index);
+          if (heatmap_kind == "png") write_heatmap_png(out, p, values);
+          else write_heatmap_tiff(out, p, values);
+        }
+        if (!a.tiles_csv.empty())
+          write_file_atomically(csvs.at(report.index), tiles_csv(p, checkpoint.classes, attention));
+      } catch (const std::exception& error) {
+        report.errors.push_back(fmt::format("{}: writing its outputs failed: {}", p.path, error.what()));
+        ++failed_outputs;
+      }
+    }
+    if (comm.distributed()) reports.push_back(std::move(report));
+    else emit(report);
+  });
+  std::string shares;  // images per rank: "4+3"
+  if (comm.distributed()) {
+    for (const ItemReport& report : gather_reports(comm, reports)) emit(report);
+    // One exit code and one summary for the job: every rank's counts summed.
+    // Slot 4 + r holds rank r's image count, for the summary line.
+    std::vector<double> counts(4 + static_cast<std::size_t>(comm.size()), 0.0);
+    counts[0] = static_cast<double>(stats.images);
+    counts[1] = static_cast<double>(stats.failed);
+    counts[2] = static_cast<double>(stats.tiles);
+    counts[3] = static_cast<double>(failed_outputs);
+    counts[4 + static_cast<std::size_t>(comm.rank())] = static_cast<double>(stats.images);
+    comm.allreduce_sum(counts);
+    stats.images = static_cast<std::int64_t>(counts[0]);
+    stats.failed = static_cast<std::int64_t>(counts[1]);
+    stats.tiles = static_cast<std::int64_t>(counts[2]);
+    failed_outputs = static_cast<std::int64_t>(counts[3]);
+    for (int r = 0; r < comm.size(); ++r)
+      shares += fmt::format("{}{}", r == 0 ? "" : "+", static_cast<std::int64_t>(counts[4 + static_cast<std::size_t>(r)]));
+    // The gather waited for the slowest rank: this is the job's wall time.
+    stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  }
+  spdlog::info("{} images ({} failed), {} tiles in {:.2f} s: {:.1f} tiles/s{}", stats.images, stats.failed, stats.tiles,
+               stats.seconds, static_cast<double>(stats.tiles) / std::max(stats.seconds, 1e-9),
+               comm.distributed() ? fmt::format(" ({}: {} images)", comm.description(), shares) : "");
+  return stats.failed > 0 || failed_outputs > 0 ? 1 : 0;
+}
+
 RegisterCommand infer_command("infer", [](CLI::App& app) {
   app.description("Classify images with a trained checkpoint (tiling, normalisation, classes from its metadata)");
   auto a = std::make_shared<InferArgs>();
@@ -88,96 +229,21 @@ RegisterCommand infer_command("infer", [](CLI::App& app) {
   app.add_option("--tile-batch", a->tile_batch, "tiles per forward pass (default: the training run's)");
   app.add_option("--threads", a->threads, "read/preprocess threads (0: all cores)");
   return std::function<int()>([a] {
-    const Backend backend = kernels::select_backend(a->device);
-    if (backend != Backend::cpu)
-      throw Error(fmt::format("--device {}: inference runs on the CPU for now (as training does)", a->device));
-    LoadedCheckpoint checkpoint = load_checkpoint_for_inference(a->checkpoint);
-    InferenceOptions options;
-    options.backend = backend;
-    options.tile_batch = a->tile_batch;
-    options.threads = static_cast<int>(a->threads);
-    options.tile_results = !a->heatmap.empty() || !a->tiles_csv.empty();
-    InferenceEngine engine(checkpoint, options);
-    TilerConfig& t = engine.tiler();
-    if (a->tile > 0) t.tile = a->tile;
-    if (a->overlap >= 0) t.overlap = a->overlap;
-    if (!a->border.empty()) t.border = a->border;
-    if (a->level >= 0) t.level = a->level;
-    if (a->downsample > 0) t.downsample = a->downsample;
-    if (a->min_foreground >= 0) t.min_foreground = a->min_foreground;
-    if (!a->foreground.empty()) t.foreground = a->foreground;
-    BT_CHECK(t.overlap < t.tile, "--overlap {} must be smaller than the tile size {}", t.overlap, t.tile);
-
-    const bool attention = checkpoint.aggregator->kind() == net::AggregatorKind::attention;
-    int heatmap_class = -1;
-    if (!a->heatmap_class.empty()) {
-      auto found = std::find(checkpoint.classes.begin(), checkpoint.classes.end(), a->heatmap_class);
-      BT_CHECK(found != checkpoint.classes.end(), "--heatmap-class {}: the checkpoint's classes are {}",
-               a->heatmap_class, nlohmann::json(checkpoint.classes).dump());
-      heatmap_class = static_cast<int>(found - checkpoint.classes.begin());
+    // Under mpirun: each rank classifies its share of the images (pipeline/infer_shard.hpp).
+    DistributedSession session;
+    Communicator& comm = world();
+    if (!comm.is_root()) {
+      // Rank 0 prints every image's result and error; the others only warn.
+      spdlog::set_level(spdlog::level::warn);
+      spdlog::set_pattern(fmt::format("[%H:%M:%S rank {}] [%l] %v", comm.rank()));
     }
-    std::string heatmap_kind;
-    if (!a->heatmap.empty()) {
-      const std::string ext = fs::path(a->heatmap).extension().string();
-      heatmap_kind = ext == ".png" ? "png" : (ext == ".tif" || ext == ".tiff") ? "tiff" : "";
-      BT_CHECK(!heatmap_kind.empty(), "--heatmap {}: give a .png or a .tif/.tiff file name", a->heatmap);
+    try {
+      return run_infer(*a, comm);
+    } catch (const std::exception& error) {
+      // The other ranks would wait in the gather: end the whole job now.
+      if (comm.distributed()) comm.abort(error.what());
+      throw;
     }
-
-    const std::vector<std::string> images = expand_image_paths(a->inputs);
-    BT_CHECK(!images.empty(), "no images found in {}", nlohmann::json(a->inputs).dump());
-    std::vector<InferenceItem> items;
-    for (const auto& path : images) items.push_back({path, -1});
-    const auto heatmaps = output_paths(a->heatmap, images);
-    const auto csvs = output_paths(a->tiles_csv, images);
-    for (const std::string* out : {&a->heatmap, &a->tiles_csv})
-      if (!out->empty() && fs::path(*out).has_parent_path()) fs::create_directories(fs::path(*out).parent_path());
-
-    std::int64_t failed_outputs = 0;
-    const InferenceStats stats = engine.run(items, [&](ImagePrediction&& p) {
-      if (!p.ok()) {
-        spdlog::error("{}", p.error);
-        if (a->json) fmt::print("{}\n", nlohmann::json{{"path", p.path}, {"error", p.error}}.dump());
-        std::fflush(stdout);
-        return;
-      }
-      const std::string& top = checkpoint.classes[static_cast<std::size_t>(p.top_class)];
-      if (a->json) {
-        nlohmann::json probabilities = nlohmann::json::object();
-        for (std::size_t k = 0; k < checkpoint.classes.size(); ++k)
-          probabilities[checkpoint.classes[k]] = p.probabilities[k];
-        fmt::print("{}\n", nlohmann::json{{"path", p.path},
-                                          {"probabilities", probabilities},
-                                          {"top_class", top},
-                                          {"top_probability", p.probabilities[static_cast<std::size_t>(p.top_class)]},
-                                          {"tiles", p.tiles},
-                                          {"grid_tiles", p.grid_tiles},
-                                          {"background_dropped", p.background_dropped},
-                                          {"seconds", p.seconds}}
-                               .dump());
-      } else {
-        std::string scores;
-        for (std::size_t k = 0; k < checkpoint.classes.size(); ++k)
-          scores += fmt::format("  {} {:.4f}", checkpoint.classes[k], p.probabilities[k]);
-        fmt::print("{}: {} ({:.4f}){}  [{} tiles, {:.2f} s]\n", p.path, top,
-                   p.probabilities[static_cast<std::size_t>(p.top_class)], scores, p.tiles, p.seconds);
-      }
-      std::fflush(stdout);
-      try {
-        if (!heatmap_kind.empty()) {
-          const HeatmapValues values = heatmap_values(p, checkpoint.classes, attention, heatmap_class);
-          const std::string& out = heatmaps.at(p.index);
-          if (heatmap_kind == "png") write_heatmap_png(out, p, values);
-          else write_heatmap_tiff(out, p, values);
-        }
-        if (!a->tiles_csv.empty()) write_file_atomically(csvs.at(p.index), tiles_csv(p, checkpoint.classes, attention));
-      } catch (const std::exception& error) {
-        spdlog::error("{}: writing its outputs failed: {}", p.path, error.what());
-        ++failed_outputs;
-      }
-    });
-    spdlog::info("{} images ({} failed), {} tiles in {:.2f} s: {:.1f} tiles/s", stats.images, stats.failed,
-                 stats.tiles, stats.seconds, static_cast<double>(stats.tiles) / std::max(stats.seconds, 1e-9));
-    return stats.failed > 0 || failed_outputs > 0 ? 1 : 0;
   });
 });
 
