@@ -15,6 +15,13 @@ struct SyntheticImage {
   int channels = 3;    // 1 or 3
   int bits = 8;        // 8 or 16
   uint64_t seed = 0;
+  // Where tissue starts on the smooth blob field (uniform-ish in [0, 1]): 0.5 covers
+  // about half the slide, higher values leave smaller, sparser blobs (0.62: ~10%).
+  double tissue_cutoff = 0.5;
+  // Amplitude of the per-pixel noise of the background (8-bit levels, peak to peak).
+  // 0 gives the flat field of a blank scanner area: background tiles are then all
+  // one value, which the TIFF writer encodes once (fast 50000^2 test images).
+  double background_grain = 6.0;
 };
 
 // Fills `pixels` (rect.height x rect.width, type CV_{8,16}UC{channels}, RGB) with

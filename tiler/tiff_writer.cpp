@@ -2,9 +2,16 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <map>
+#include <string>
 #include <vector>
+
+#include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
+#include <zlib.h>
 
 #include "kernels/core/error.hpp"
 #include "tiler/tiff_handle.hpp"
@@ -60,6 +67,7 @@ class LevelWriter {
     const size_t sample_bytes = o_.bits / 8;
     std::vector<uint8_t> block(static_cast<size_t>(bw * bh) * samples * sample_bytes);
     cv::Mat pixels;
+    if (encodes_itself()) pending_.reserve(batch_blocks(block.size()));
     for (int64_t by = 0; by < height_; by += bh) {
       for (int64_t bx = 0; bx < width_; bx += bw) {
         const cv::Rect rect(static_cast<int>(bx), static_cast<int>(by), static_cast<int>(std::min(bw, width_ - bx)),
@@ -83,10 +91,15 @@ class LevelWriter {
             }
           }
           if (o_.tiled) pad_by_replication(block, rect, bw, bh, samples * sample_bytes);
-          write_block(bx, by, rect.height, plane, block, row_bytes);
+          if (encodes_itself()) {
+            queue_block(bx, by, plane, block, bw, samples, sample_bytes);
+          } else {
+            write_block(bx, by, rect.height, plane, block, row_bytes);
+          }
         }
       }
     }
+    flush_pending(samples, sample_bytes, bw);
     if (!TIFFWriteDirectory(h_.get())) h_.fail(fmt::format("cannot write the directory of level {}", level_));
   }
 
@@ -152,6 +165,94 @@ class LevelWriter {
     if (written < 0) h_.fail(fmt::format("cannot write the block at ({}, {}) of level {}", bx, by, level_));
   }
 
+  // Tiles without compression or with Deflate are encoded here, with zlib, rather
+  // than by libtiff, for two reasons: several tiles are compressed at once (libtiff
+  // encodes on the writing thread only; the pixel callback still runs there, in file
+  // order), and a tile of one value throughout (blank slide background, a flat
+  // padding area) is compressed once per value and its bytes reused, which makes
+  // writing a mostly-blank 50000x50000 test slide a matter of I/O. The streams are
+  // what libtiff's own codec writes: zlib format, after horizontal differencing.
+  bool encodes_itself() const {
+    return o_.tiled && (o_.compression == TiffCompression::none || o_.compression == TiffCompression::deflate);
+  }
+
+  // Blocks compressed in one parallel batch: enough for every core twice, at most
+  // ~64 MB of raw blocks.
+  static size_t batch_blocks(size_t block_bytes) {
+    const size_t cores = static_cast<size_t>(std::max(1, tbb::this_task_arena::max_concurrency()));
+    return std::clamp<size_t>((size_t{64} << 20) / std::max<size_t>(block_bytes, 1), 1, 2 * cores);
+  }
+
+  struct PendingBlock {
+    uint32_t index = 0;
+    std::vector<uint8_t> raw;
+    std::string uniform_value;  // the one pixel value of a uniform block, else empty
+    std::vector<uint8_t> encoded;
+    const std::vector<uint8_t>* reused = nullptr;  // encoded bytes of an earlier uniform block
+  };
+
+  void queue_block(int64_t bx, int64_t by, int plane, const std::vector<uint8_t>& block, int64_t bw, int samples,
+                   size_t sample_bytes) {
+    PendingBlock p;
+    p.index = TIFFComputeTile(h_.get(), static_cast<uint32_t>(bx), static_cast<uint32_t>(by), 0, static_cast<uint16_t>(plane));
+    p.raw = block;
+    // Uniform iff every pixel equals the next one: one comparison of the block with
+    // itself shifted by a pixel.
+    const size_t pixel = static_cast<size_t>(samples) * sample_bytes;
+    if (std::memcmp(block.data(), block.data() + pixel, block.size() - pixel) == 0) {
+      p.uniform_value.assign(reinterpret_cast<const char*>(block.data()), pixel);
+      if (auto found = uniform_encoded_.find(p.uniform_value); found != uniform_encoded_.end()) p.reused = &found->second;
+    }
+    pending_.push_back(std::move(p));
+    if (pending_.size() >= batch_blocks(block.size())) flush_pending(samples, sample_bytes, bw);
+  }
+
+  void flush_pending(int samples, size_t sample_bytes, int64_t bw) {
+    if (pending_.empty()) return;
+    tbb::parallel_for(size_t{0}, pending_.size(), [&](size_t i) {
+      PendingBlock& p = pending_[i];
+      if (p.reused == nullptr) p.encoded = encode(p.raw, samples, sample_bytes, bw);
+    });
+    for (PendingBlock& p : pending_) {
+      if (!p.uniform_value.empty() && p.reused == nullptr) {
+        auto [where, inserted] = uniform_encoded_.emplace(p.uniform_value, std::move(p.encoded));
+        p.reused = &where->second;
+      }
+      const std::vector<uint8_t>& bytes = p.reused != nullptr ? *p.reused : p.encoded;
+      if (TIFFWriteRawTile(h_.get(), p.index, const_cast<uint8_t*>(bytes.data()), static_cast<tmsize_t>(bytes.size())) < 0)
+        h_.fail(fmt::format("cannot write tile {} of level {}", p.index, level_));
+    }
+    pending_.clear();
+  }
+
+  std::vector<uint8_t> encode(std::vector<uint8_t>& raw, int samples, size_t sample_bytes, int64_t bw) const {
+    if (o_.compression == TiffCompression::none) return std::move(raw);
+    if (o_.predictor) {
+      // TIFF Predictor 2, as libtiff applies it: per row, each sample minus the same
+      // sample of the previous pixel (modulo 2^bits), in the file's byte order (the
+      // host's: the writer never swaps).
+      const size_t row_samples = static_cast<size_t>(bw) * samples;
+      const size_t rows = raw.size() / (row_samples * sample_bytes);
+      for (size_t r = 0; r < rows; ++r) {
+        if (sample_bytes == 1) {
+          uint8_t* row = raw.data() + r * row_samples;
+          for (size_t i = row_samples - 1; i >= static_cast<size_t>(samples); --i) row[i] = static_cast<uint8_t>(row[i] - row[i - samples]);
+        } else {
+          auto* row = reinterpret_cast<uint16_t*>(raw.data()) + r * row_samples;
+          for (size_t i = row_samples - 1; i >= static_cast<size_t>(samples); --i) row[i] = static_cast<uint16_t>(row[i] - row[i - samples]);
+        }
+      }
+    }
+    uLongf size = compressBound(static_cast<uLong>(raw.size()));
+    std::vector<uint8_t> out(size);
+    if (compress2(out.data(), &size, raw.data(), static_cast<uLong>(raw.size()), o_.deflate_level) != Z_OK)
+      throw Error(fmt::format("{}: zlib failed to compress a tile of level {}", h_.path(), level_));
+    out.resize(size);
+    return out;
+  }
+
+  std::vector<PendingBlock> pending_;
+  std::map<std::string, std::vector<uint8_t>> uniform_encoded_;  // pixel value -> its uniform block, encoded
   TiffHandle& h_;
   const TiffWriteOptions& o_;
   int level_;

@@ -15,7 +15,8 @@ namespace {
 
 struct MakeImageArgs {
   std::string out, size = "2048x2048", compression = "deflate", pyramid = "subifd";
-  int tile = 256, strip = 0, bits = 8, channels = 3, levels = 1, quality = 90;
+  int tile = 256, strip = 0, bits = 8, channels = 3, levels = 1, quality = 90, deflate_level = 6;
+  double tissue_cutoff = 0.5, background_grain = 6.0;
   bool bigtiff = false;
   uint64_t seed = 0;
 };
@@ -31,6 +32,17 @@ RegisterCommand make_image("make-image", [](CLI::App& app) {
       ->check(CLI::IsMember({"none", "lzw", "deflate", "packbits", "jpeg"}))
       ->capture_default_str();
   app.add_option("--quality", a->quality, "JPEG quality")->check(CLI::Range(1, 100))->capture_default_str();
+  app.add_option("--deflate-level", a->deflate_level, "Deflate effort, 1 (fast) .. 9 (small)")
+      ->check(CLI::Range(1, 9))
+      ->capture_default_str();
+  app.add_option("--tissue-cutoff", a->tissue_cutoff,
+                 "where tissue starts on the blob field: 0.5 covers about half the slide, higher less")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  app.add_option("--background-grain", a->background_grain,
+                 "per-pixel noise of the background (8-bit levels); 0: a flat field, whose tiles are encoded once")
+      ->check(CLI::Range(0.0, 40.0))
+      ->capture_default_str();
   app.add_option("--bits", a->bits, "8 or 16")->check(CLI::IsMember({8, 16}))->capture_default_str();
   app.add_option("--channels", a->channels, "1 (grey) or 3 (RGB)")->check(CLI::IsMember({1, 3}))->capture_default_str();
   app.add_flag("--bigtiff", a->bigtiff, "write BigTIFF (64-bit offsets)");
@@ -51,10 +63,13 @@ RegisterCommand make_image("make-image", [](CLI::App& app) {
     o.rows_per_strip = a->strip;
     o.compression = *tiler::parse_tiff_compression(a->compression);
     o.jpeg_quality = a->quality;
+    o.deflate_level = a->deflate_level;
     o.bigtiff = a->bigtiff;
     o.levels = a->levels;
     o.levels_as_subifds = a->pyramid == "subifd";
-    const tiler::SyntheticImage image{o.width, o.height, o.channels, o.bits, a->seed};
+    tiler::SyntheticImage image{o.width, o.height, o.channels, o.bits, a->seed};
+    image.tissue_cutoff = a->tissue_cutoff;
+    image.background_grain = a->background_grain;
     tiler::write_tiff(a->out, o, [&](int level, const cv::Rect& rect, cv::Mat& pixels) {
       tiler::render_synthetic(image, level, rect, pixels);
     });
