@@ -37,9 +37,10 @@ BnCalibration calibrate_batch_norm(net::Encoder& encoder, Backend backend, const
         return plan_image(train[image].path, config.tiler, true, mix_seed(seed, image), mix_seed(~seed, image));
       },
       [&](const TileBatch& batch) {
-        // A batch of one tile of 1x1 features has no variance; it would also weigh as
-        // much as a full batch, so only full-information batches count.
-        if (batch.pixels.dim(0) < 2) return;
+        // An image's single leftover tile would weigh as much as a full batch (and a
+        // 1x1 feature map of one tile has no variance); whole-image inputs (resize
+        // mode, tile_batch 1) are batches of one by design and count.
+        if (batch.pixels.dim(0) < std::min<std::int64_t>(config.train.tile_batch, 2)) return;
         ctx.bn_momentum = 1.0f / static_cast<float>(result.batches + 1);
         encoder.forward(kernels::upload_async(backend, batch.pixels).get(), ctx);
         ++result.batches;
