@@ -10,6 +10,7 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -18,6 +19,7 @@
 #include "kernels/core/error.hpp"
 #include "pipeline/atomic_file.hpp"
 #include "pipeline/report_data.hpp"
+#include "pipeline/report_heatmaps.hpp"
 #include "pipeline/tensorboard.hpp"
 
 namespace bigtrain {
@@ -137,6 +139,14 @@ std::string data_summary_html(const fs::path& run_dir, const MetricsTable& metri
   return html + "</table>";
 }
 
+std::string heatmap_figure(const fs::path& png, const std::string& outcome, const std::string& caption) {
+  return fmt::format("<figure data-outcome=\"{}\"><img alt=\"{}\" src=\"data:image/png;base64,{}\">"
+                     "<figcaption>{}</figcaption></figure>",
+                     outcome, html_escape(png.filename().string()), base64_encode(read_text(png)), caption);
+}
+
+// The trainer's correct and wrong validation images (report_heatmaps.json), then any
+// other PNG someone put in RUN_DIR/heatmaps/ (e.g. `bigtrain infer --heatmap`).
 std::string heatmaps_html(const fs::path& run_dir) {
   std::string html = "<h2 id=\"heatmaps\">Heatmaps</h2>";
   const fs::path dir = run_dir / "heatmaps";
@@ -145,21 +155,56 @@ std::string heatmaps_html(const fs::path& run_dir) {
     for (const auto& entry : fs::directory_iterator(dir))
       if (entry.path().extension() == ".png") pngs.push_back(entry.path());
   std::sort(pngs.begin(), pngs.end());
-  if (pngs.empty()) {
-    // The trainer does not run inference on validation images yet, so there is
-    // nothing to show unless someone put heatmaps there; say how, rather than draw
-    // anything that is not a real heatmap.
-    return html + "<p class=\"missing\" data-section=\"heatmaps-missing\">No heatmaps in this run yet: the trainer "
-                  "does not yet render heatmaps of validation images at the end of an epoch. Make them with "
-                  "<code>bigtrain infer IMAGE... --checkpoint RUN_DIR/checkpoints/best.safetensors --heatmap "
-                  "RUN_DIR/heatmaps/val.png</code> and run <code>bigtrain report RUN_DIR</code>; every PNG in "
-                  "<code>RUN_DIR/heatmaps/</code> is embedded here.</p>";
+  std::vector<std::string> listed;
+  const fs::path manifest = dir / kReportHeatmapsManifest;
+  ReportHeatmapSet set;
+  bool have_set = false;
+  if (fs::exists(manifest)) {
+    try {
+      set = parse_report_heatmaps_json(read_text(manifest), manifest.string());
+      have_set = true;
+    } catch (const std::exception& error) {
+      html += "<p class=\"missing\">" + html_escape(error.what()) + "</p>";
+    }
   }
-  html += "<div class=\"heatmaps\">";
+  if (have_set) {
+    std::size_t wrong = 0;
+    for (const auto& h : set.heatmaps) wrong += h.correct ? 0 : 1;
+    html += fmt::format(
+        "<p class=\"meta\" data-section=\"heatmaps-chosen\">Validation images classified with the best checkpoint "
+        "(epoch {}): {} correct and {} wrong, found among the first {} of {} validation images (classes taken in "
+        "turn). Colour: {}, averaged where tiles overlap.{}</p>",
+        set.epoch, set.heatmaps.size() - wrong, wrong, set.scanned, set.validation_images,
+        set.quantity == "attention" ? "each tile's attention weight" : "each tile's own probability of the predicted class",
+        wrong == 0 ? " No misclassified image among those." : "");
+    html += "<div class=\"heatmaps\">";
+    for (const auto& h : set.heatmaps) {
+      const fs::path png = dir / h.file;
+      listed.push_back(png.filename().string());
+      if (!fs::exists(png)) continue;
+      html += heatmap_figure(
+          png, h.correct ? "correct" : "wrong",
+          fmt::format("<b class=\"{0}\">{0}</b>: true {1}, predicted {2} (p={3:.2f}) · {4} tiles<br>{5}",
+                      h.correct ? "correct" : "wrong", html_escape(h.true_class), html_escape(h.predicted_class),
+                      h.probability, h.tiles, html_escape(fs::path(h.image).filename().string())));
+    }
+    html += "</div>";
+  }
+  std::vector<fs::path> others;
   for (const auto& png : pngs)
-    html += fmt::format("<figure><img alt=\"{0}\" src=\"data:image/png;base64,{1}\"><figcaption>{0}</figcaption></figure>",
-                        html_escape(png.filename().string()), base64_encode(read_text(png)));
-  return html + "</div>";
+    if (std::find(listed.begin(), listed.end(), png.filename().string()) == listed.end()) others.push_back(png);
+  if (!others.empty()) {
+    html += "<p class=\"meta\">Other heatmaps in <code>heatmaps/</code>:</p><div class=\"heatmaps\">";
+    for (const auto& png : others) html += heatmap_figure(png, "other", html_escape(png.filename().string()));
+    html += "</div>";
+  }
+  if (listed.empty() && others.empty())
+    html += "<p class=\"missing\" data-section=\"heatmaps-missing\">No heatmaps in this run yet: the trainer draws "
+            "them (correct and wrong validation images) with the best checkpoint each time the validation metric "
+            "improves, so a run without a validation split has none. Others can be added with <code>bigtrain infer "
+            "IMAGE... --checkpoint RUN_DIR/checkpoints/best.safetensors --heatmap RUN_DIR/heatmaps/x.png</code> and "
+            "<code>bigtrain report RUN_DIR</code>; every PNG in <code>RUN_DIR/heatmaps/</code> is embedded.</p>";
+  return html;
 }
 
 std::string metrics_table_html(const MetricsTable& table) {
@@ -184,8 +229,135 @@ table{border-collapse:collapse;font-size:12px;margin:8px 0} td,th{border:1px sol
 table.confusion td{min-width:48px;text-align:center;font-size:14px} caption{text-align:left;font-weight:600;padding:4px 0}
 pre{background:#f6f6f6;padding:10px;font-size:12px;overflow:auto} .missing{color:#8a5a00;background:#fff6e0;padding:8px}
 .heatmaps{display:flex;flex-wrap:wrap;gap:12px} .heatmaps img{max-width:380px;border:1px solid #ccc}
+tr.best td,tr.best th{background:#e6f4e6;font-weight:600} tr.this td{font-weight:700;border-top:2px solid #333;border-bottom:2px solid #333}
+figure{margin:0} figcaption{font-size:12px;max-width:380px} b.correct{color:#2ca02c} b.wrong{color:#d62728}
 .meta{color:#666;font-size:12px}
 )";
+
+std::vector<std::vector<std::string>> parse_table_csv(const std::string& csv) {
+  std::istringstream in(csv);
+  std::vector<std::vector<std::string>> rows;
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty()) continue;
+    std::vector<std::string> cells;
+    std::size_t start = 0;
+    for (std::size_t comma; (comma = line.find(',', start)) != std::string::npos; start = comma + 1)
+      cells.push_back(line.substr(start, comma - start));
+    cells.push_back(line.substr(start));
+    rows.push_back(std::move(cells));
+  }
+  return rows;
+}
+
+// The run folder's own name: "out/tile64_overlap0/" -> "tile64_overlap0".
+std::string last_component(const std::string& path) {
+  fs::path p = fs::path(path).lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();
+  return p.filename().string();
+}
+
+// The bar chart and table of a TablePage (rows[0] is the header), without the page around them.
+std::string table_section(const TablePage& page, const std::vector<std::vector<std::string>>& rows) {
+  const auto& header = rows[0];
+  auto column_of = [&](const std::string& name) {
+    const auto found = std::find(header.begin(), header.end(), name);
+    return found == header.end() ? -1 : static_cast<int>(found - header.begin());
+  };
+  const int metric = column_of(page.metric_column), link = column_of(page.link_column), name = column_of("name");
+  auto cell = [&](std::size_t r, int c) {
+    return c >= 0 && static_cast<std::size_t>(c) < rows[r].size() ? rows[r][static_cast<std::size_t>(c)] : std::string();
+  };
+  std::string html;
+  if (metric >= 0) {
+    // Bars rather than lines: the runs are categories, not a sequence.
+    constexpr double bar_h = 22, left = 160, width = 720;
+    const double height = 40 + bar_h * static_cast<double>(rows.size() - 1);
+    double largest = 0;
+    for (std::size_t r = 1; r < rows.size(); ++r) largest = std::max(largest, std::atof(cell(r, metric).c_str()));
+    if (!(largest > 0)) largest = 1;
+    html += fmt::format("<svg class=\"chart\" data-chart=\"{}\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\">"
+                        "<text class=\"title\" x=\"{}\" y=\"18\" text-anchor=\"middle\">{}</text>",
+                        html_escape(page.metric_column), width, height, width / 2, html_escape(page.metric_column));
+    for (std::size_t r = 1; r < rows.size(); ++r) {
+      const double value = std::atof(cell(r, metric).c_str());
+      const double y = 28 + bar_h * static_cast<double>(r - 1);
+      const bool best = r - 1 == page.best_row, mine = page.this_row && r - 1 == *page.this_row;
+      const std::string label = name >= 0 ? cell(r, name) : std::to_string(r);
+      html += fmt::format("<text x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\"{}>{}{}</text>"
+                          "<rect class=\"bar{}\" x=\"{}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{}\" fill=\"{}\"/>"
+                          "<text x=\"{:.1f}\" y=\"{:.1f}\">{:.4g}</text>",
+                          left - 6, y + bar_h * 0.65, mine ? " font-weight=\"bold\"" : "", best ? "★ " : "",
+                          html_escape(label), best ? " best" : "", left, y, (width - left - 60) * value / largest,
+                          bar_h - 6, best ? kTestColour : kTrainColour, left + (width - left - 60) * value / largest + 4,
+                          y + bar_h * 0.65, value);
+    }
+    html += "</svg>";
+  }
+  html += fmt::format("<table class=\"runs\" data-table=\"{}\"><tr><th></th>", html_escape(page.kind));
+  for (const auto& text : header) html += "<th>" + html_escape(text) + "</th>";
+  html += "</tr>";
+  for (std::size_t r = 1; r < rows.size(); ++r) {
+    const bool best = r - 1 == page.best_row, mine = page.this_row && r - 1 == *page.this_row;
+    std::string classes = best ? "best" : "";
+    if (mine) classes += classes.empty() ? "this" : " this";
+    std::string mark = best ? "★ best" : "";
+    if (mine) mark += mark.empty() ? "this run" : " · this run";
+    html += fmt::format("<tr{}><td>{}</td>", classes.empty() ? "" : " class=\"" + classes + "\"", mark);
+    for (std::size_t c = 0; c < rows[r].size(); ++c) {
+      if (static_cast<int>(c) == link) {
+        // Runs live in runs_dir when it is given, so the links survive the page being
+        // rebuilt from another working directory.
+        const fs::path run = page.runs_dir.empty() ? fs::path(rows[r][c]) : fs::path(page.runs_dir) / last_component(rows[r][c]);
+        const fs::path target = run / "report.html";
+        const std::string href = page.page_dir.empty() ? target.string()
+                                                       : fs::relative(fs::absolute(target), fs::absolute(page.page_dir)).string();
+        html += fmt::format("<td><a href=\"{}\">{}</a></td>", html_escape(href), html_escape(rows[r][c]));
+      } else {
+        html += "<td>" + html_escape(rows[r][c]) + "</td>";
+      }
+    }
+    html += "</tr>";
+  }
+  return html + "</table>";
+}
+
+// A run of a sweep or comparison shows that table too, its own row marked: the
+// trainer writes the page before the table exists, so the sweep rewrites its runs'
+// pages once the table is complete (and `bigtrain report` finds it any time).
+std::string run_tables_html(const fs::path& run_dir) {
+  std::string html;
+  const std::string me = last_component(run_dir.string());
+  const fs::path parent = fs::absolute(run_dir).lexically_normal().parent_path();
+  for (const std::string kind : {"sweep", "compare"}) {
+    const fs::path csv = parent / (kind + ".csv");
+    if (me.empty() || !fs::exists(csv)) continue;
+    try {
+      const auto rows = parse_table_csv(read_text(csv));
+      if (rows.size() < 2) continue;
+      const auto link = std::find(rows[0].begin(), rows[0].end(), "run_dir");
+      if (link == rows[0].end()) continue;
+      const auto column = static_cast<std::size_t>(link - rows[0].begin());
+      std::optional<std::size_t> mine;
+      for (std::size_t r = 1; r < rows.size(); ++r)
+        if (column < rows[r].size() && last_component(rows[r][column]) == me) mine = r - 1;
+      if (!mine) continue;
+      TablePage page;
+      page.kind = kind;
+      page.this_row = mine;
+      page.runs_dir = parent.string();
+      page.page_dir = run_dir.string();
+      html += fmt::format("<h2 id=\"{0}\">{0} table: this run among {1}</h2><p class=\"meta\">From <a href=\"../{0}.html\">"
+                          "{0}.html</a> ({0}.csv next to this run's folder), best first by {2}; ★ marks the best, bold "
+                          "this run.</p>",
+                          kind, rows.size() - 1, kind == "sweep" ? "validation accuracy" : "accuracy");
+      html += table_section(page, rows);
+    } catch (const std::exception& error) {
+      html += "<p class=\"missing\">" + html_escape(error.what()) + "</p>";
+    }
+  }
+  return html;
+}
 
 }  // namespace
 
@@ -341,6 +513,7 @@ std::string render_run_report(const std::string& run_dir_text) {
   if (!any_confusion) html += "<p class=\"missing\">No confusion_val.csv or confusion_test.csv yet.</p>";
 
   html += heatmaps_html(run_dir);
+  html += run_tables_html(run_dir);
   html += data_summary_html(run_dir, metrics);
   html += "<h2 id=\"metrics\">metrics.csv</h2>" + metrics_table_html(metrics);
   const fs::path config = run_dir / "config.yaml";
@@ -351,73 +524,38 @@ std::string render_run_report(const std::string& run_dir_text) {
 }
 
 std::string render_table_report(const TablePage& page) {
-  std::istringstream in(page.csv);
-  std::vector<std::vector<std::string>> rows;
-  for (std::string line; std::getline(in, line);) {
-    if (line.empty()) continue;
-    std::vector<std::string> cells;
-    std::size_t start = 0;
-    for (std::size_t comma; (comma = line.find(',', start)) != std::string::npos; start = comma + 1)
-      cells.push_back(line.substr(start, comma - start));
-    cells.push_back(line.substr(start));
-    rows.push_back(std::move(cells));
-  }
+  const auto rows = parse_table_csv(page.csv);
   if (rows.empty()) throw Error(fmt::format("{}: no table to show", page.title));
-  const auto& header = rows[0];
-  auto column_of = [&](const std::string& name) {
-    const auto found = std::find(header.begin(), header.end(), name);
-    return found == header.end() ? -1 : static_cast<int>(found - header.begin());
-  };
-  const int metric = column_of(page.metric_column), link = column_of(page.link_column), name = column_of("name");
   std::string html = "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>" + html_escape(page.title) +
-                     "</title><style>" + kStyle +
-                     "tr.best td,tr.best th{background:#e6f4e6;font-weight:600}</style></head><body><h1>" +
-                     html_escape(page.title) + "</h1>";
-  html += fmt::format("<p class=\"meta\">{} runs; the best is marked ★ and highlighted.</p>", rows.size() - 1);
-  if (metric >= 0) {
-    // Bars rather than lines: the runs are categories, not a sequence.
-    constexpr double bar_h = 22, left = 160, width = 720;
-    const double height = 40 + bar_h * static_cast<double>(rows.size() - 1);
-    double largest = 0;
-    for (std::size_t r = 1; r < rows.size(); ++r)
-      if (static_cast<std::size_t>(metric) < rows[r].size()) largest = std::max(largest, std::atof(rows[r][metric].c_str()));
-    if (!(largest > 0)) largest = 1;
-    html += fmt::format("<svg class=\"chart\" data-chart=\"{}\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\">"
-                        "<text class=\"title\" x=\"{}\" y=\"18\" text-anchor=\"middle\">{}</text>",
-                        html_escape(page.metric_column), width, height, width / 2, html_escape(page.metric_column));
-    for (std::size_t r = 1; r < rows.size(); ++r) {
-      const double value = static_cast<std::size_t>(metric) < rows[r].size() ? std::atof(rows[r][metric].c_str()) : 0.0;
-      const double y = 28 + bar_h * static_cast<double>(r - 1);
-      const bool best = r - 1 == page.best_row;
-      const std::string label = name >= 0 && static_cast<std::size_t>(name) < rows[r].size() ? rows[r][name] : std::to_string(r);
-      html += fmt::format("<text x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\">{}{}</text>"
-                          "<rect class=\"bar{}\" x=\"{}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{}\" fill=\"{}\"/>"
-                          "<text x=\"{:.1f}\" y=\"{:.1f}\">{:.4g}</text>",
-                          left - 6, y + bar_h * 0.65, best ? "★ " : "", html_escape(label), best ? " best" : "", left, y,
-                          (width - left - 60) * value / largest, bar_h - 6, best ? kTestColour : kTrainColour,
-                          left + (width - left - 60) * value / largest + 4, y + bar_h * 0.65, value);
-    }
-    html += "</svg>";
+                     "</title><style>" + kStyle + "</style></head><body><h1>" + html_escape(page.title) + "</h1>";
+  if (!page.subtitle.empty()) html += "<p class=\"meta\">" + html_escape(page.subtitle) + "</p>";
+  html += fmt::format("<p class=\"meta\">{} runs, best first; the best is marked ★ and highlighted. Each run's name "
+                      "links to its own report.</p>",
+                      rows.size() - 1);
+  return html + table_section(page, rows) + "</body></html>\n";
+}
+
+std::string write_table_report(const std::string& dir, const std::string& kind, const std::string& subtitle) {
+  const fs::path csv = fs::path(dir) / (kind + ".csv");
+  if (!fs::exists(csv)) throw Error(fmt::format("{}: no {}.csv in this folder", dir, kind));
+  TablePage page;
+  page.title = "bigtrain " + kind + ": " + fs::absolute(dir).lexically_normal().filename().string();
+  page.csv = read_text(csv);
+  page.kind = kind;
+  page.subtitle = subtitle;
+  page.runs_dir = dir;
+  page.page_dir = dir;
+  const std::string path = (fs::path(dir) / (kind + ".html")).string();
+  write_file_atomically(path, render_table_report(page));
+  const auto rows = parse_table_csv(page.csv);
+  const auto link = std::find(rows[0].begin(), rows[0].end(), page.link_column);
+  for (std::size_t r = 1; link != rows[0].end() && r < rows.size(); ++r) {
+    const auto column = static_cast<std::size_t>(link - rows[0].begin());
+    if (column >= rows[r].size()) continue;
+    const fs::path run = fs::path(dir) / last_component(rows[r][column]);
+    if (fs::exists(run / "metrics.csv")) write_run_report(run.string());
   }
-  html += "<table class=\"runs\"><tr><th></th>";
-  for (const auto& cell : header) html += "<th>" + html_escape(cell) + "</th>";
-  html += "</tr>";
-  for (std::size_t r = 1; r < rows.size(); ++r) {
-    const bool best = r - 1 == page.best_row;
-    html += fmt::format("<tr{}><td>{}</td>", best ? " class=\"best\"" : "", best ? "★ best" : "");
-    for (std::size_t c = 0; c < rows[r].size(); ++c) {
-      if (static_cast<int>(c) == link) {
-        const fs::path target = fs::path(rows[r][c]) / "report.html";
-        const std::string href = page.page_dir.empty() ? target.string()
-                                                       : fs::relative(fs::absolute(target), fs::absolute(page.page_dir)).string();
-        html += fmt::format("<td><a href=\"{}\">{}</a></td>", html_escape(href), html_escape(rows[r][c]));
-      } else {
-        html += "<td>" + html_escape(rows[r][c]) + "</td>";
-      }
-    }
-    html += "</tr>";
-  }
-  return html + "</table></body></html>\n";
+  return path;
 }
 
 std::string write_run_report(const std::string& run_dir, const Dataset* dataset) {

@@ -5,6 +5,8 @@
 // memory, the confusion matrices, heatmaps found under RUN_DIR/heatmaps/, the
 // resolved config and the data summary. Everything comes from files in the run
 // directory, so `bigtrain report RUN_DIR` regenerates the page the trainer wrote.
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -31,6 +33,8 @@ std::string base64_encode(std::string_view bytes);
 // table with the best row marked (class "best", a star), a bar chart of
 // `metric_column`, and each row's `link_column` (a run directory) linked to its
 // report.html, relative to `page_dir` (the folder the page is written to).
+// A run's own report.html shows the sweep.csv / compare.csv of the folder above it
+// (when that table has a row for the run) the same way, its row marked.
 struct TablePage {
   std::string title;
   std::string csv;          // header + rows, as in compare.csv
@@ -38,8 +42,20 @@ struct TablePage {
   std::string metric_column = "accuracy";
   std::string link_column = "run_dir";
   std::string page_dir;
+  std::string kind = "compare";  // "sweep" | "compare": data-table of the <table>
+  std::string subtitle;          // a line under the title (e.g. the sweep's grid)
+  // When set, each row's run is runs_dir/<last folder of its link cell> (sweep and
+  // compare put every run in their output folder), so links do not depend on the
+  // working directory the table was written from.
+  std::string runs_dir;
+  std::optional<std::size_t> this_row;  // marked "this run" (a run's own report)
 };
 std::string render_table_report(const TablePage& page);
+
+// DIR/<kind>.html from DIR/<kind>.csv (kind: "sweep" or "compare"; rows best first,
+// so the first is marked best), links to DIR/<run>/report.html; then rewrites each
+// listed run's report.html that exists, so it shows the table too. Returns the page's path.
+std::string write_table_report(const std::string& dir, const std::string& kind, const std::string& subtitle = "");
 
 // Builds the page from the files in `run_dir`.
 std::string render_run_report(const std::string& run_dir);
@@ -52,5 +68,13 @@ std::string write_run_report(const std::string& run_dir, const Dataset* dataset 
 // The trainer's end-of-epoch hook: report.html and the TensorBoard event file. A
 // failure is logged, not thrown: a page must never stop a training run.
 void update_run_outputs(const std::string& run_dir, const Dataset& dataset);
+
+// The trainer's hook after a best checkpoint is written (pipeline/report_heatmaps.hpp):
+// heatmaps of a few correct and wrong validation images drawn with it into
+// RUN_DIR/heatmaps/, then report.html again so it shows them. Rank 0 only; a failure
+// is logged, never thrown. BIGTRAIN_REPORT_HEATMAPS=0 turns it off (e.g. for timing
+// experiments that must not share the cores).
+struct Config;
+void refresh_report_heatmaps(const Config& config, const Dataset& dataset, std::int64_t epoch);
 
 }  // namespace bigtrain

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `bigtrain compare` writes compare.html next to compare.csv: one row per run, the best
-# (first) row marked, each run linked to its own report.html (which the trainer wrote).
+# (first) row marked, each run linked to its own report.html (which the trainer wrote),
+# and each run's report.html shows the table with its own row marked.
 set -euo pipefail
 BIGTRAIN=$1
 SOURCE=$2
@@ -30,5 +31,10 @@ grep -q "<tr class=\"best\"><td>★ best</td><td>$best</td>" cmp/compare.html ||
 for run in mean max; do
   grep -q "href=\"$run/report.html\"" cmp/compare.html || fail "no link to $run/report.html"
   [ -s cmp/$run/report.html ] || fail "the trainer wrote no cmp/$run/report.html"
+  # Each run's own page shows the comparison too, its row marked (rewritten once the table exists).
+  grep -q '<h2 id="compare">compare table: this run among 2</h2>' cmp/$run/report.html \
+    || fail "cmp/$run/report.html lacks the compare table"
+  grep -Eq "<tr class=\"(best )?this\"><td>[^<]*this run</td><td>$run</td>" cmp/$run/report.html \
+    || fail "cmp/$run/report.html does not mark its own row"
 done
 echo "ok"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # report.html of a real tiny run, rendered in headless Chromium: no console errors,
-# and the training curves and confusion matrices are in the rendered DOM. Also:
+# and the training curves, confusion matrices and the trainer's heatmaps of correct and
+# wrong validation images are in the rendered DOM. Also:
 # `bigtrain report` regenerates the page, the page loads nothing from elsewhere,
 # and no temporary file is left. BIGTRAIN_REPORT_SCREENSHOT=path keeps the screenshot
 # (docs/report.png is made this way).
@@ -8,6 +9,7 @@ set -euo pipefail
 BIGTRAIN=$1
 SOURCE=$2
 fail() { echo "FAIL: $*" >&2; exit 1; }
+command -v python3 >/dev/null || { echo "SKIP: python3 is needed to check the heatmaps"; exit 77; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cd "$tmp"
@@ -41,17 +43,49 @@ grep -Eqi '<script|src="https?:|href="https?:|@import|url\(' $run/report.html &&
 if "$BIGTRAIN" report "$tmp/nowhere" 2> bad.log; then fail "a missing run directory must fail"; fi
 grep -q "metrics.csv" bad.log || { cat bad.log; fail "the error should say what is missing"; }
 
-# Heatmaps of two validation images through `bigtrain infer` (when this build has it):
-# every PNG in RUN_DIR/heatmaps/ is embedded by the next `bigtrain report`.
-heatmaps=0
-if "$BIGTRAIN" infer --help >/dev/null 2>&1; then
-  mkdir -p $run/heatmaps
-  images=$(tail -n +2 data/val.csv | head -2 | cut -d, -f1 | sed 's|^|data/|')
-  "$BIGTRAIN" infer $images --checkpoint $run/checkpoints/best.safetensors --heatmap $run/heatmaps/val.png \
-    > infer.log 2>&1 || { cat infer.log; fail "bigtrain infer --heatmap failed"; }
-  "$BIGTRAIN" report $run > /dev/null || fail "bigtrain report failed after adding heatmaps"
-  heatmaps=2
-fi
+# The trainer drew heatmaps of correct and wrong validation images with its best
+# checkpoint (report_heatmaps.json lists them). Check them against `bigtrain infer`
+# with that checkpoint: the same predictions, the right correct/wrong split, and
+# nothing stale left from earlier epochs.
+manifest=$run/heatmaps/report_heatmaps.json
+[ -s $manifest ] || fail "the trainer wrote no $manifest"
+"$BIGTRAIN" infer $(tail -n +2 data/val.csv | cut -d, -f1 | sed 's|^|data/|') --json \
+  --checkpoint $run/checkpoints/best.safetensors > infer.jsonl 2> infer.log || { cat infer.log; fail "bigtrain infer failed"; }
+heatmaps=$(python3 - "$run" data/val.csv infer.jsonl <<'PY'
+import csv, json, os, struct, sys
+run, val_csv, infer = sys.argv[1:]
+manifest = json.load(open(os.path.join(run, "heatmaps", "report_heatmaps.json")))
+labels = {os.path.realpath(os.path.join("data", r["path"])): r["label"] for r in csv.DictReader(open(val_csv))}
+predicted = {os.path.realpath(p["path"]): p for p in map(json.loads, open(infer))}
+correct = sum(1 for path, p in predicted.items() if p["top_class"] == labels[path])
+wrong = len(predicted) - correct
+shown = manifest["heatmaps"]
+# All 4 validation images are scanned (fewer than the 16 allowed) unless 2+2 were found first.
+assert manifest["validation_images"] == 4, manifest
+want_correct = min(2, correct) if manifest["scanned"] == 4 else 2
+want_wrong = min(2, wrong) if manifest["scanned"] == 4 else 2
+assert sum(h["correct"] for h in shown) == want_correct, (manifest, correct)
+assert sum(not h["correct"] for h in shown) == want_wrong, (manifest, wrong)
+for h in shown:
+    p = predicted[os.path.realpath(h["image"])]
+    assert h["predicted_class"] == p["top_class"], (h, p)
+    assert abs(h["probability"] - p["top_probability"]) < 1e-6, (h, p)
+    assert h["true_class"] == labels[os.path.realpath(h["image"])], h
+    assert h["correct"] == (h["true_class"] == h["predicted_class"]), h
+    assert h["tiles"] == p["tiles"], (h, p)
+    png = open(os.path.join(run, "heatmaps", h["file"]), "rb").read()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n", h["file"]
+    width, height = struct.unpack(">II", png[16:24])
+    # A thumbnail: the image's longer side at most 320 px, plus the legend (at most 170 px wide).
+    assert height <= 320 and width <= 320 + 170, (h["file"], width, height)
+files = sorted(f for f in os.listdir(os.path.join(run, "heatmaps")) if f.endswith(".png"))
+assert files == sorted(h["file"] for h in shown), f"stale heatmaps left: {files}"
+assert manifest["epoch"] >= 1 and manifest["quantity"] == "attention", manifest
+print(len(shown), sum(h["correct"] for h in shown))
+PY
+) || fail "the trainer's heatmaps do not match bigtrain infer with the best checkpoint"
+read -r heatmaps correct_heatmaps <<< "$heatmaps"
+[ "$heatmaps" -gt 0 ] || fail "no heatmaps drawn"
 
 chromium_bin=$(command -v chromium || command -v chromium-browser || true)
 if [ -z "$chromium_bin" ]; then
@@ -81,11 +115,11 @@ grep -q '<table class="confusion" data-split="val">' dom.html || fail "validatio
 # The confusion matrix counts every test image once.
 cells=$(sed 's/.*<table class="confusion" data-split="test">//; s#</table>.*##' dom.html | grep -o '<td[^>]*>[0-9]*</td>' | sed 's/<[^>]*>//g')
 [ "$(echo "$cells" | awk "{s+=\$1} END {print s}")" -eq 4 ] || fail "test confusion cells should sum to 4: $cells"
-if [ $heatmaps -gt 0 ]; then
-  [ "$(grep -o '<img alt="val_[^"]*" src="data:image/png;base64,' dom.html | wc -l)" -eq $heatmaps ] \
-    || fail "the $heatmaps heatmap PNGs should be embedded in the page"
-else
-  grep -q 'data-section="heatmaps-missing"' dom.html || fail "the page should say why it has no heatmaps"
-fi
+# The heatmaps are in the rendered page, correct and wrong ones marked as such.
+[ "$(grep -o '<figure data-outcome="\(correct\|wrong\)"><img alt="val_[^"]*" src="data:image/png;base64,' dom.html | wc -l)" -eq "$heatmaps" ] \
+  || fail "the $heatmaps heatmap PNGs should be embedded in the page"
+[ "$(grep -o '<figure data-outcome="correct">' dom.html | wc -l)" -eq "$correct_heatmaps" ] \
+  || fail "the page should mark $correct_heatmaps heatmaps correct"
+grep -q 'data-section="heatmaps-chosen"' dom.html || fail "the page should say how the heatmaps were chosen"
 [ -n "${BIGTRAIN_REPORT_SCREENSHOT:-}" ] && cp report.png "$BIGTRAIN_REPORT_SCREENSHOT"
 echo "ok"
