@@ -174,6 +174,8 @@ std::optional<Directory> describe(TIFF* tif, uint64_t file_size, std::string& wh
     d.level.block_width = static_cast<int>(tile_w);
     d.level.block_height = static_cast<int>(tile_h);
     blocks = int64_t{TIFFNumberOfTiles(tif)};
+    d.storage.blocks_across = static_cast<uint32_t>((d.width + tile_w - 1) / tile_w);
+    d.storage.blocks_per_plane = d.storage.blocks_across * static_cast<uint32_t>((d.height + tile_h - 1) / tile_h);
   } else {
     uint32_t rows = field_or<uint32_t>(tif, TIFFTAG_ROWSPERSTRIP, height);
     rows = std::min<uint32_t>(std::max<uint32_t>(rows, 1), height);
@@ -186,7 +188,15 @@ std::optional<Directory> describe(TIFF* tif, uint64_t file_size, std::string& wh
     d.level.block_width = static_cast<int>(d.width);
     d.level.block_height = static_cast<int>(rows);
     blocks = int64_t{TIFFNumberOfStrips(tif)};
+    d.storage.blocks_across = 1;
+    d.storage.blocks_per_plane = static_cast<uint32_t>((d.height + rows - 1) / rows);
   }
+  // What read_blocks keeps of one block: the samples libtiff decodes (RGB for
+  // YCbCr JPEG, once JPEGCOLORMODE_RGB is set), or 4 bytes a pixel through RGBA.
+  const int64_t block_pixels = int64_t{d.level.block_width} * d.level.block_height;
+  if (d.storage.via_rgba) d.storage.block_bytes = block_pixels * 4;
+  else if (d.storage.jpeg_to_rgb) d.storage.block_bytes = block_pixels * 3;
+  else d.storage.block_bytes = block_pixels * block_samples * bytes_per_sample;
   // Every block needs an entry in the offsets table stored in the file, so a
   // header declaring more blocks than the file has bytes is corrupt.
   if (blocks <= 0 || (blocks > 1 && static_cast<uint64_t>(blocks) * 4 > file_size)) {
@@ -218,8 +228,15 @@ struct TiffSource::Reader {
   explicit Reader(const std::string& path) : handle(path, "rm") {}
   TiffHandle handle;
   int level = -1;  // directory the handle is positioned on
-  std::vector<uint8_t> block;
-  std::vector<uint32_t> rgba;
+  std::vector<uint8_t> block;  // blocks decoded without the cache
+};
+
+// A decoded block: in the cache (held alive by `hold` while it is copied out) or in
+// the reader's own buffer.
+struct TiffSource::BlockView {
+  const uint8_t* data = nullptr;
+  size_t valid = 0;
+  BlockCache::Block hold;
 };
 
 // Returns the borrowed reader to the pool when the read ends, even by exception; a
@@ -251,7 +268,8 @@ class TiffSource::Borrowed {
   bool ok_ = false;
 };
 
-TiffSource::TiffSource(const std::string& path) {
+TiffSource::TiffSource(const std::string& path, BlockCache* cache)
+    : cache_(cache), cache_id_(BlockCache::new_source_id()) {
   std::error_code ec;
   file_size_ = std::filesystem::file_size(path, ec);
   if (ec) throw Error(fmt::format("{}: cannot open: {}", path, ec.message()));
@@ -318,32 +336,56 @@ TiffSource::TiffSource(const std::string& path) {
   }
 }
 
-TiffSource::~TiffSource() = default;
+TiffSource::~TiffSource() {
+  if (cache_) cache_->erase_source(cache_id_);
+}
 
 std::unique_ptr<TiffSource::Reader> TiffSource::open_reader() const { return std::make_unique<Reader>(info_.path); }
 
 cv::Mat TiffSource::read_region(int level, int64_t x, int64_t y, int64_t w, int64_t h) const {
   check_region(info_, level, x, y, w, h);
   cv::Mat out(static_cast<int>(h), static_cast<int>(w), info_.cv_type());
-  Borrowed reader(*this);
-  Reader& r = *reader;
-  TIFF* tif = r.handle.get();
-  if (r.level != level) {
-    r.level = -1;
-    if (!TIFFSetSubDirectory(tif, storage_[level].directory_offset))
-      r.handle.fail(fmt::format("cannot read the directory of level {}", level));
-    if (storage_[level].jpeg_to_rgb && !TIFFSetField(tif, TIFFTAG_JPEGCOLORMODE, JPEGCOLORMODE_RGB))
-      r.handle.fail("cannot enable JPEG YCbCr to RGB conversion");
-    r.level = level;
-  }
+  // A reader is borrowed only when a block must be decoded: a read served wholly
+  // from the cache needs no libtiff handle (and opens no file).
+  std::optional<Borrowed> borrowed;
+  const ReaderOnDemand reader = [&]() -> Reader& {
+    if (borrowed) return **borrowed;
+    borrowed.emplace(*this);
+    Reader& r = **borrowed;
+    TIFF* tif = r.handle.get();
+    if (r.level != level) {
+      r.level = -1;
+      if (!TIFFSetSubDirectory(tif, storage_[level].directory_offset))
+        r.handle.fail(fmt::format("cannot read the directory of level {}", level));
+      if (storage_[level].jpeg_to_rgb && !TIFFSetField(tif, TIFFTAG_JPEGCOLORMODE, JPEGCOLORMODE_RGB))
+        r.handle.fail("cannot enable JPEG YCbCr to RGB conversion");
+      r.level = level;
+    }
+    return r;
+  };
   if (storage_[level].via_rgba)
-    read_blocks_rgba(r, level, x, y, out);
+    read_blocks_rgba(reader, level, x, y, out);
   else
-    read_blocks(r, level, x, y, out);
+    read_blocks(reader, level, x, y, out);
   // MinIsWhite stores ink as high values; every source reports brighter = higher.
   if (storage_[level].min_is_white) cv::bitwise_not(out, out);
-  reader.succeeded();
+  if (borrowed) borrowed->succeeded();
   return out;
+}
+
+TiffSource::BlockView TiffSource::fetch_block(const ReaderOnDemand& reader, int level, uint32_t index,
+                                              const Decoder& decode) const {
+  if (cache_ && cache_->would_keep(static_cast<size_t>(storage_[level].block_bytes))) {
+    BlockCache::Block block = cache_->get({cache_id_, level, index}, [&] {
+      DecodedBlock decoded;
+      decoded.valid = decode(reader(), decoded.bytes);
+      return decoded;
+    });
+    return {block->bytes.data(), block->valid, block};
+  }
+  Reader& r = reader();
+  const size_t valid = decode(r, r.block);
+  return {r.block.data(), valid, nullptr};
 }
 
 namespace {
@@ -370,17 +412,15 @@ void copy_block(const uint8_t* block, int64_t block_w, int stride_samples, int c
 
 }  // namespace
 
-void TiffSource::read_blocks(Reader& r, int level, int64_t x, int64_t y, cv::Mat& out) const {
-  TIFF* tif = r.handle.get();
+void TiffSource::read_blocks(const ReaderOnDemand& reader, int level, int64_t x, int64_t y, cv::Mat& out) const {
   const LevelInfo& L = info_.levels[level];
   const LevelStorage& S = storage_[level];
   const bool tiled = L.layout == Layout::tiled;
+  const char* kind = tiled ? "tile" : "strip";
   const int64_t bw = L.block_width, bh = L.block_height;
   const int planes = S.separate_planes ? info_.channels : 1;
   const int stride_samples = S.separate_planes ? 1 : S.samples_per_pixel;
   const int copy = S.separate_planes ? 1 : info_.channels;
-  const tmsize_t block_bytes = tiled ? TIFFTileSize(tif) : TIFFStripSize(tif);
-  if (block_bytes <= 0) r.handle.fail(fmt::format("invalid {} size at level {}", tiled ? "tile" : "strip", level));
 
   const int64_t w = out.cols, h = out.rows;
   for (int64_t by = y / bh; by <= (y + h - 1) / bh; ++by) {
@@ -388,61 +428,86 @@ void TiffSource::read_blocks(Reader& r, int level, int64_t x, int64_t y, cv::Mat
       const int64_t x0 = std::max(x, bx * bw), x1 = std::min(x + w, (bx + 1) * bw);
       const int64_t y0 = std::max(y, by * bh), y1 = std::min(y + h, (by + 1) * bh);
       for (int plane = 0; plane < planes; ++plane) {
-        const uint32_t index = tiled ? TIFFComputeTile(tif, static_cast<uint32_t>(bx * bw), static_cast<uint32_t>(by * bh), 0,
-                                                       static_cast<uint16_t>(plane))
-                                     : TIFFComputeStrip(tif, static_cast<uint32_t>(by * bh), static_cast<uint16_t>(plane));
-        const char* kind = tiled ? "tile" : "strip";
-        int err = 0;
-        const uint64_t offset = TIFFGetStrileOffsetWithErr(tif, index, &err);
-        const uint64_t bytes = err ? 0 : TIFFGetStrileByteCountWithErr(tif, index, &err);
-        if (err || bytes == 0 || offset > file_size_ || bytes > file_size_ - offset)
-          r.handle.fail(fmt::format("{} {} of level {} lies outside the file (offset {}, {} bytes, file size {}): "
-                                    "the file is truncated or corrupt",
-                                    kind, index, level, offset, bytes, file_size_));
-        // Allocated only once a block is known to lie in the file: a tiny hostile file
-        // declaring huge blocks must not cost a 256 MiB buffer per read.
-        if (r.block.size() < static_cast<size_t>(block_bytes)) r.block.resize(block_bytes);
-        const tmsize_t got = tiled ? TIFFReadEncodedTile(tif, index, r.block.data(), block_bytes)
-                                   : TIFFReadEncodedStrip(tif, index, r.block.data(), block_bytes);
+        const auto index = static_cast<uint32_t>(plane * int64_t{S.blocks_per_plane} + by * S.blocks_across + bx);
+        const Decoder decode = [&](Reader& r, std::vector<uint8_t>& buffer) -> size_t {
+          TIFF* tif = r.handle.get();
+          const uint32_t libtiff_index =
+              tiled ? TIFFComputeTile(tif, static_cast<uint32_t>(bx * bw), static_cast<uint32_t>(by * bh), 0,
+                                      static_cast<uint16_t>(plane))
+                    : TIFFComputeStrip(tif, static_cast<uint32_t>(by * bh), static_cast<uint16_t>(plane));
+          if (libtiff_index != index)
+            r.handle.fail(fmt::format("{} numbering of level {} disagrees with libtiff ({} vs {})", kind, level, index,
+                                      libtiff_index));
+          const tmsize_t block_bytes = tiled ? TIFFTileSize(tif) : TIFFStripSize(tif);
+          if (block_bytes <= 0) r.handle.fail(fmt::format("invalid {} size at level {}", kind, level));
+          int err = 0;
+          const uint64_t offset = TIFFGetStrileOffsetWithErr(tif, index, &err);
+          const uint64_t bytes = err ? 0 : TIFFGetStrileByteCountWithErr(tif, index, &err);
+          if (err || bytes == 0 || offset > file_size_ || bytes > file_size_ - offset)
+            r.handle.fail(fmt::format("{} {} of level {} lies outside the file (offset {}, {} bytes, file size {}): "
+                                      "the file is truncated or corrupt",
+                                      kind, index, level, offset, bytes, file_size_));
+          // Allocated only once a block is known to lie in the file: a tiny hostile file
+          // declaring huge blocks must not cost a 256 MiB buffer per read.
+          if (buffer.size() < static_cast<size_t>(block_bytes)) buffer.resize(static_cast<size_t>(block_bytes));
+          const tmsize_t got = tiled ? TIFFReadEncodedTile(tif, index, buffer.data(), block_bytes)
+                                     : TIFFReadEncodedStrip(tif, index, buffer.data(), block_bytes);
+          std::string errors = r.handle.take_errors();
+          if (got < 0 || !errors.empty())
+            throw Error(fmt::format("{}: cannot decode {} {} of level {}: {}", info_.path, kind, index, level,
+                                    errors.empty() ? "data ends early" : errors));
+          return static_cast<size_t>(got);
+        };
+        const BlockView block = fetch_block(reader, level, index, decode);
+        // A short block (a truncated last strip) serves the reads that need only its rows.
         const int64_t rows_needed = y1 - by * bh;
         const int64_t bytes_needed = rows_needed * bw * stride_samples * (info_.bits / 8);
-        std::string errors = r.handle.take_errors();
-        if (got < 0 || got < bytes_needed || !errors.empty())
-          throw Error(fmt::format("{}: cannot decode {} {} of level {}: {}", info_.path, kind, index, level,
-                                  errors.empty() ? "data ends early" : errors));
+        if (static_cast<int64_t>(block.valid) < bytes_needed)
+          throw Error(fmt::format("{}: cannot decode {} {} of level {}: data ends early", info_.path, kind, index, level));
         if (info_.bits == 8)
-          copy_block<uint8_t>(r.block.data(), bw, stride_samples, copy, plane, x0 - bx * bw, y0 - by * bh, out, x0 - x,
+          copy_block<uint8_t>(block.data, bw, stride_samples, copy, plane, x0 - bx * bw, y0 - by * bh, out, x0 - x,
                               y0 - y, x1 - x0, y1 - y0);
         else
-          copy_block<uint16_t>(r.block.data(), bw, stride_samples, copy, plane, x0 - bx * bw, y0 - by * bh, out,
-                               x0 - x, y0 - y, x1 - x0, y1 - y0);
+          copy_block<uint16_t>(block.data, bw, stride_samples, copy, plane, x0 - bx * bw, y0 - by * bh, out, x0 - x,
+                               y0 - y, x1 - x0, y1 - y0);
       }
     }
   }
 }
 
-void TiffSource::read_blocks_rgba(Reader& r, int level, int64_t x, int64_t y, cv::Mat& out) const {
-  TIFF* tif = r.handle.get();
+void TiffSource::read_blocks_rgba(const ReaderOnDemand& reader, int level, int64_t x, int64_t y, cv::Mat& out) const {
   const LevelInfo& L = info_.levels[level];
+  const LevelStorage& S = storage_[level];
   const bool tiled = L.layout == Layout::tiled;
   const int64_t bw = L.block_width, bh = L.block_height;
-  r.rgba.resize(static_cast<size_t>(bw * bh));
   const int64_t w = out.cols, h = out.rows;
   for (int64_t by = y / bh; by <= (y + h - 1) / bh; ++by) {
     for (int64_t bx = x / bw; bx <= (x + w - 1) / bw; ++bx) {
       const int64_t x0 = std::max(x, bx * bw), x1 = std::min(x + w, (bx + 1) * bw);
       const int64_t y0 = std::max(y, by * bh), y1 = std::min(y + h, (by + 1) * bh);
-      const int ok = tiled ? TIFFReadRGBATile(tif, static_cast<uint32_t>(bx * bw), static_cast<uint32_t>(by * bh), r.rgba.data())
-                           : TIFFReadRGBAStrip(tif, static_cast<uint32_t>(by * bh), r.rgba.data());
-      std::string errors = r.handle.take_errors();
-      if (!ok || !errors.empty())
-        throw Error(fmt::format("{}: cannot decode {} at ({}, {}) of level {}: {}", info_.path, tiled ? "tile" : "strip",
-                                bx * bw, by * bh, level, errors.empty() ? "libtiff's RGBA reader failed" : errors));
+      const auto index = static_cast<uint32_t>(by * S.blocks_across + bx);
+      const Decoder decode = [&](Reader& r, std::vector<uint8_t>& buffer) -> size_t {
+        TIFF* tif = r.handle.get();
+        const auto bytes = static_cast<size_t>(bw * bh) * sizeof(uint32_t);
+        if (buffer.size() < bytes) buffer.resize(bytes);
+        // operator new's alignment suits uint32_t.
+        auto* raster = reinterpret_cast<uint32_t*>(buffer.data());
+        const int ok = tiled ? TIFFReadRGBATile(tif, static_cast<uint32_t>(bx * bw), static_cast<uint32_t>(by * bh), raster)
+                             : TIFFReadRGBAStrip(tif, static_cast<uint32_t>(by * bh), raster);
+        std::string errors = r.handle.take_errors();
+        if (!ok || !errors.empty())
+          throw Error(fmt::format("{}: cannot decode {} at ({}, {}) of level {}: {}", info_.path,
+                                  tiled ? "tile" : "strip", bx * bw, by * bh, level,
+                                  errors.empty() ? "libtiff's RGBA reader failed" : errors));
+        return bytes;
+      };
+      const BlockView block = fetch_block(reader, level, index, decode);
+      const auto* raster = reinterpret_cast<const uint32_t*>(block.data);
       // The RGBA readers put the block's first row last (raster origin at the
       // bottom left); a strip is only as tall as the rows left in the image.
       const int64_t raster_rows = tiled ? bh : std::min(bh, L.height - by * bh);
       for (int64_t row = y0; row < y1; ++row) {
-        const uint32_t* src = r.rgba.data() + (raster_rows - 1 - (row - by * bh)) * bw + (x0 - bx * bw);
+        const uint32_t* src = raster + (raster_rows - 1 - (row - by * bh)) * bw + (x0 - bx * bw);
         uint8_t* dst = out.ptr<uint8_t>(static_cast<int>(row - y)) + (x0 - x) * 3;
         for (int64_t col = 0; col < x1 - x0; ++col) {
           dst[col * 3 + 0] = static_cast<uint8_t>(TIFFGetR(src[col]));
