@@ -11,9 +11,16 @@
 //   normalization     {"mean": [...], "std": [...]} (JSON), after scaling pixels to [0, 1]
 //   tiler             {"tile", "overlap", "border", "level", "downsample", "mode", "resize_size"} (JSON)
 //   epoch             the last completed epoch (1-based)
-// <name>.training.safetensors holds what exact resumption needs beyond the weights:
-// the optimizer's state tensors and, in metadata, the trainer's counters.
-// Both are written to a temporary name and renamed.
+//   bigtrain.checkpoint  which training state it is ("epoch 3, optimizer step 120"),
+//                     equal in the weights and the training state written together
+//
+// <name>.training.safetensors holds everything exact resumption needs on its own:
+// the optimizer's state tensors, a copy of the weights under `resume.weights/`, and
+// in metadata the trainer's counters. Resuming reads only this file, so the
+// weights and optimizer state it resumes from can never be of different steps:
+// each file is replaced atomically (temp name, fsync, rename), but two renames are
+// not atomic together, and a kill between them would otherwise pair one step's
+// weights with another step's optimizer state.
 #include <map>
 #include <string>
 
@@ -30,7 +37,21 @@ void save_model_checkpoint(const std::string& path, net::Model& model, net::Aggr
 // aggregator (exact shapes; an Error lists every mismatch). Returns the metadata.
 net::Metadata load_model_checkpoint(const std::string& path, net::Model& model, net::Aggregator& aggregator);
 
-void save_training_state(const std::string& path, const net::Optimizer& optimizer, const net::Metadata& metadata);
-net::Metadata load_training_state(const std::string& path, net::Optimizer& optimizer);
+// The metadata of a safetensors file, reading only its header (a checkpoint's
+// tensors may be gigabytes). Throws Error naming the file when it is not one.
+net::Metadata read_checkpoint_metadata(const std::string& path);
+
+void save_training_state(const std::string& path, net::Model& model, net::Aggregator& aggregator,
+                         const net::Optimizer& optimizer, const net::Metadata& metadata);
+
+struct LoadedTrainingState {
+  net::Metadata metadata;
+  // False for a training state written before it carried the weights: the caller
+  // must then load them from the weights file and check that both name one step.
+  bool loaded_weights = false;
+};
+// Restores the optimizer state and, when the file carries them, the weights.
+LoadedTrainingState load_training_state(const std::string& path, net::Optimizer& optimizer, net::Model& model,
+                                        net::Aggregator& aggregator);
 
 }  // namespace bigtrain

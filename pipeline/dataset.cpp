@@ -12,6 +12,7 @@
 
 #include "kernels/core/error.hpp"
 #include "pipeline/random.hpp"
+#include "tiler/image_source.hpp"
 
 namespace bigtrain {
 namespace fs = std::filesystem;
@@ -145,17 +146,33 @@ int resolve_label(const ManifestEntry& entry, const std::vector<std::string>& cl
                           entry.label, fmt::join(classes, ", "), classes.size() - 1));
 }
 
+// Why the image of `entry` cannot be used, or empty.
+std::string image_problem(const ManifestEntry& entry, ImageCheck check) {
+  std::error_code error;
+  if (!fs::is_regular_file(entry.path, error))
+    return fmt::format("image '{}' does not exist or is not a file", entry.path);
+  if (check == ImageCheck::header) {
+    try {
+      tiler::open_image(entry.path);
+    } catch (const std::exception& failure) {
+      return failure.what();  // the tiler's errors name the file
+    }
+  }
+  return {};
+}
+
 std::vector<Sample> resolve_split(const std::vector<ManifestEntry>& entries, const std::vector<std::string>& classes,
-                                  bool skip_bad, std::vector<SkippedSample>& skipped) {
+                                  bool skip_bad, ImageCheck check, std::vector<SkippedSample>& skipped) {
   std::vector<Sample> samples;
   samples.reserve(entries.size());
   for (const auto& entry : entries) {
+    // Labels first, always an error: a wrong class name is a manifest mistake that
+    // skipping would hide, not a bad scan.
     const int label = resolve_label(entry, classes);
-    std::error_code error;
-    if (!fs::is_regular_file(entry.path, error)) {
-      const std::string reason = fmt::format("image '{}' does not exist or is not a file", entry.path);
-      if (!skip_bad) throw Error(fmt::format("{}: {}", entry.origin, reason));
-      skipped.push_back({entry.origin, reason});
+    const std::string problem = image_problem(entry, check);
+    if (!problem.empty()) {
+      if (!skip_bad) throw Error(fmt::format("{}: {} (data.on_bad_image: skip leaves such images out)", entry.origin, problem));
+      skipped.push_back({entry.origin, problem});
       continue;
     }
     samples.push_back({entry.path, label, entry.origin});
@@ -199,7 +216,7 @@ void stratified_split(const std::vector<Sample>& all, std::size_t num_classes, d
   for (std::size_t i = 0; i < all.size(); ++i) (is_held_out[i] ? held_out : keep).push_back(all[i]);
 }
 
-Dataset load_dataset(const DataConfig& config, std::uint64_t seed) {
+Dataset load_dataset(const DataConfig& config, std::uint64_t seed, ImageCheck check) {
   Dataset dataset;
   const bool skip_bad = config.on_bad_image == "skip";
   const auto train_entries = read_split(config.train);
@@ -211,17 +228,17 @@ Dataset load_dataset(const DataConfig& config, std::uint64_t seed) {
     BT_CHECK(dataset.classes.size() >= 2, "{}: a classifier needs at least two classes, found {}", config.train,
              fmt::join(dataset.classes, ", "));
   }
-  auto train = resolve_split(train_entries, dataset.classes, skip_bad, dataset.skipped);
+  auto train = resolve_split(train_entries, dataset.classes, skip_bad, check, dataset.skipped);
   if (!config.val.empty()) {
     dataset.train = std::move(train);
-    dataset.val = resolve_split(read_split(config.val), dataset.classes, skip_bad, dataset.skipped);
+    dataset.val = resolve_split(read_split(config.val), dataset.classes, skip_bad, check, dataset.skipped);
   } else if (config.val_fraction > 0) {
     stratified_split(train, dataset.classes.size(), config.val_fraction, seed, dataset.train, dataset.val);
   } else {
     dataset.train = std::move(train);
   }
   if (!config.test.empty())
-    dataset.test = resolve_split(read_split(config.test), dataset.classes, skip_bad, dataset.skipped);
+    dataset.test = resolve_split(read_split(config.test), dataset.classes, skip_bad, check, dataset.skipped);
   BT_CHECK(!dataset.train.empty(), "{}: no usable training images", config.train);
   return dataset;
 }

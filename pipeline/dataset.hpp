@@ -45,11 +45,19 @@ struct ManifestEntry {
 // Reads a manifest file or a class-folder tree. Throws Error naming the file and line.
 std::vector<ManifestEntry> read_split(const std::string& manifest_or_folder);
 
+// How much of each image load_dataset checks before training starts.
+enum class ImageCheck {
+  exists,  // a regular file
+  header,  // and its header opens (tiler::open_image: format, size, layout)
+};
+
 // Builds the dataset: reads the splits, fixes the classes, resolves labels (an
 // unknown label is an Error naming the manifest line), checks that images exist
-// (missing: Error, or skipped and listed when data.on_bad_image = skip), and splits
-// validation off training (stratified, seeded) when data.val is empty.
-Dataset load_dataset(const DataConfig& config, std::uint64_t seed);
+// and, with ImageCheck::header, open (failing: Error naming the manifest line and
+// the reason, or skipped and listed when data.on_bad_image = skip), and splits
+// validation off training (stratified, seeded) when data.val is empty. Checking
+// headers first means a corrupt scan fails the run in seconds, not in epoch 3.
+Dataset load_dataset(const DataConfig& config, std::uint64_t seed, ImageCheck check = ImageCheck::exists);
 
 // Stratified split: for each class, a seeded shuffle sends round(n * fraction)
 // samples (at least one when the class has two or more) to the second part. The

@@ -3,6 +3,8 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <csignal>
+
 #include <charconv>
 #include <chrono>
 #include <cmath>
@@ -28,6 +30,8 @@
 #include "pipeline/checkpoint.hpp"
 #include "pipeline/distributed.hpp"
 #include "pipeline/distributed_training.hpp"
+#include "pipeline/gradient_check.hpp"
+#include "pipeline/interrupt.hpp"
 #include "pipeline/random.hpp"
 #include "pipeline/report.hpp"
 #include "pipeline/tile_stream.hpp"
@@ -58,6 +62,16 @@ double metric_value(const ClassificationMetrics& m, const std::string& name) {
   throw Error(fmt::format("unknown best_metric '{}'", name));
 }
 
+// Thrown at an optimizer-step boundary (or between evaluated images) when a stop was
+// asked for; not an Error, so the tile stream passes it through unchanged.
+struct StopAtStepBoundary {};
+
+std::string signal_text(int signal) {
+  if (signal == SIGINT) return "SIGINT";
+  if (signal == SIGTERM) return "SIGTERM";
+  return fmt::format("signal {}", signal);
+}
+
 std::string duration_text(double seconds) {
   const auto s = static_cast<long>(std::max(0.0, seconds));
   return fmt::format("{:02d}:{:02d}", s / 60, s % 60);
@@ -83,6 +97,30 @@ struct Trainer::State {
   std::string metrics_csv;  // whole file, rewritten each epoch
   bool tty = false;
 
+  // Epoch epochs_done + 1 when it stopped (or resumed) between two optimizer steps:
+  // the training results its metrics row needs beyond the weights and optimizer.
+  struct PartialEpoch {
+    bool active = false;
+    std::int64_t steps = 0;  // of this epoch, taken
+    std::vector<int> labels;
+    std::vector<std::vector<float>> probabilities;
+    std::vector<double> losses;
+    std::int64_t tiles = 0;
+    double seconds = 0.0, wait_seconds = 0.0;
+    double learning_rate = 0.0;  // at the epoch's start
+
+    nlohmann::json to_json() const;
+    static PartialEpoch from_json(const std::string& text, const std::string& source);
+  } partial;
+  bool checkpoint_current = false;  // the checkpoint on disk is this state
+  std::int64_t stop_after_steps = -1;
+
+  bool stop_requested() const {
+    return stop_signal() != 0 || (stop_after_steps >= 0 && optimizer->steps_taken() >= stop_after_steps);
+  }
+  std::string position_text() const;
+  void check_gradients(const Sample& sample, std::int64_t epoch) const;
+
   std::uint64_t seed(std::uint64_t purpose, std::uint64_t epoch = 0, std::uint64_t image = 0) const {
     return mix_seed(config.train.seed, purpose, epoch, image);
   }
@@ -97,6 +135,56 @@ struct Trainer::State {
   EpochSummary evaluate(const std::vector<Sample>& split, const std::string& name, std::int64_t epoch);
   void append_metrics(const EpochSummary& row);
 };
+
+nlohmann::json Trainer::State::PartialEpoch::to_json() const {
+  // nlohmann writes doubles with enough digits to read back the same bits (and a
+  // float widened to double is exact), so a resumed epoch's metrics are unchanged.
+  return {{"steps", steps},   {"labels", labels},     {"probabilities", probabilities}, {"losses", losses},
+          {"tiles", tiles},   {"seconds", seconds},   {"wait_seconds", wait_seconds},   {"learning_rate", learning_rate}};
+}
+
+Trainer::State::PartialEpoch Trainer::State::PartialEpoch::from_json(const std::string& text, const std::string& source) {
+  try {
+    const nlohmann::json json = nlohmann::json::parse(text);
+    PartialEpoch p;
+    p.active = true;
+    p.steps = json.at("steps").get<std::int64_t>();
+    p.labels = json.at("labels").get<std::vector<int>>();
+    p.probabilities = json.at("probabilities").get<std::vector<std::vector<float>>>();
+    p.losses = json.at("losses").get<std::vector<double>>();
+    p.tiles = json.at("tiles").get<std::int64_t>();
+    p.seconds = json.at("seconds").get<double>();
+    p.wait_seconds = json.at("wait_seconds").get<double>();
+    p.learning_rate = json.at("learning_rate").get<double>();
+    BT_CHECK(p.labels.size() == p.probabilities.size() && p.labels.size() == p.losses.size(),
+             "{}: the unfinished epoch lists {} labels, {} probabilities, {} losses", source, p.labels.size(),
+             p.probabilities.size(), p.losses.size());
+    return p;
+  } catch (const nlohmann::json::exception& error) {
+    throw Error(fmt::format("{}: the unfinished epoch's state is unreadable: {}", source, error.what()));
+  }
+}
+
+std::string Trainer::State::position_text() const {
+  if (partial.active)
+    return fmt::format("epoch {}, optimizer step {} of {} (step {} of the run)", epochs_done + 1, partial.steps,
+                       steps_per_epoch(), optimizer->steps_taken());
+  return fmt::format("end of epoch {} (optimizer step {} of the run)", epochs_done, optimizer->steps_taken());
+}
+
+// Called after each image's backward pass: the gradients accumulated so far were
+// finite before it, so the first non-finite one is this image's.
+void Trainer::State::check_gradients(const Sample& sample, std::int64_t epoch) const {
+  const std::vector<std::string> offending = non_finite_gradients(backend, image_model.parameters());
+  if (offending.empty()) return;
+  const std::size_t shown = std::min<std::size_t>(offending.size(), 5);
+  throw Error(fmt::format("{} ({}): its backward pass made the gradients non-finite (NaN or Inf) at epoch {}, "
+                          "optimizer step {} of the run, in {}{}; the weights were not updated with them. Lower "
+                          "train.lr, set train.clip_grad_norm, or check the image and data.mean/std",
+                          sample.path, sample.origin, epoch, optimizer->steps_taken() + 1,
+                          fmt::join(offending.begin(), offending.begin() + static_cast<std::ptrdiff_t>(shown), ", "),
+                          offending.size() > shown ? fmt::format(" and {} more", offending.size() - shown) : ""));
+}
 
 net::Metadata Trainer::State::checkpoint_metadata() const {
   net::Metadata metadata;
@@ -115,6 +203,7 @@ net::Metadata Trainer::State::checkpoint_metadata() const {
                                      {"resize_size", config.tiler.resize_size}}
                           .dump();
   metadata["epoch"] = std::to_string(epochs_done);
+  metadata["bigtrain.checkpoint"] = position_text();
   return metadata;
 }
 
@@ -131,13 +220,17 @@ void Trainer::State::write_checkpoints(bool best) {
   training["best_epoch"] = std::to_string(best_epoch);
   training["epochs_without_improvement"] = std::to_string(epochs_without_improvement);
   training["seed"] = std::to_string(config.train.seed);
-  // Each file is replaced atomically, but not both at once: both name their epoch,
-  // and resume refuses a pair that disagrees (a crash between the two writes).
+  training["bigtrain.checkpoint"] = metadata.at("bigtrain.checkpoint");
+  if (partial.active) training["unfinished_epoch"] = partial.to_json().dump();
+  // The order is what makes a kill at any moment safe. best first: a kill after it
+  // re-runs this epoch from the previous state, which makes the same best again.
+  // Then the training state, the commit point: it alone is what resume reads (it
+  // carries the weights). last.safetensors, for people and `bigtrain infer`, last;
+  // resume rewrites it when a kill came between the two.
+  if (best) save_model_checkpoint((dir / "best.safetensors").string(), *model, *aggregator, metadata);
+  save_training_state((dir / "last.training.safetensors").string(), *model, *aggregator, *optimizer, training);
   save_model_checkpoint((dir / "last.safetensors").string(), *model, *aggregator, metadata);
-  save_training_state((dir / "last.training.safetensors").string(), *optimizer, training);
-  if (best) {
-    save_model_checkpoint((dir / "best.safetensors").string(), *model, *aggregator, metadata);
-  }
+  checkpoint_current = true;
   world().barrier();
 }
 
@@ -171,10 +264,20 @@ EpochSummary Trainer::State::train_epoch(std::int64_t epoch) {
   seeded_shuffle(order, order_rng);
   // This rank's share of every optimizer step (everything, in a single process).
   const EpochShard shard = shard_epoch(order, config.train.images_per_step, world());
+  // An epoch resumed between optimizer steps skips the images of the steps it took.
+  std::size_t first_step = 0, images_skipped = 0;
+  if (partial.active) {
+    BT_CHECK(!world().distributed(), "{}: the checkpoint stopped inside epoch {}; resume it without mpirun",
+             run_dir.string(), epoch);
+    first_step = static_cast<std::size_t>(partial.steps);
+    BT_CHECK(first_step <= shard.images_per_step.size(), "checkpoint: {} optimizer steps taken of an epoch of {}",
+             first_step, shard.images_per_step.size());
+    for (std::size_t k = 0; k < first_step; ++k) images_skipped += static_cast<std::size_t>(shard.images_per_step[k]);
+  }
   std::vector<StreamJob> schedule;
-  for (std::size_t image : shard.images) {
-    schedule.push_back({image, 1});
-    schedule.push_back({image, 2});
+  for (std::size_t i = images_skipped; i < shard.images.size(); ++i) {
+    schedule.push_back({shard.images[i], 1});
+    schedule.push_back({shard.images[i], 2});
   }
   const int channels = static_cast<int>(model->spec().encoder.in_channels);
   TileStream stream({config.train.tile_batch, config.device.tiles_in_flight, static_cast<int>(config.device.threads)},
@@ -186,7 +289,18 @@ EpochSummary Trainer::State::train_epoch(std::int64_t epoch) {
   std::int64_t images_in_step = 0, images_done = 0, tiles = 0;
   const float loss_scale = 1.0f / static_cast<float>(config.train.images_per_step);
   const std::vector<net::Parameter*> params = image_model.parameters();
-  const double lr = optimizer->learning_rate(0);
+  double lr = optimizer->learning_rate(0);
+  double seconds_before = 0.0, wait_seconds_before = 0.0;
+  if (partial.active) {
+    labels = partial.labels;
+    probabilities = partial.probabilities;
+    losses = partial.losses;
+    tiles = partial.tiles;
+    lr = partial.learning_rate;
+    seconds_before = partial.seconds;
+    wait_seconds_before = partial.wait_seconds;
+    images_done = static_cast<std::int64_t>(images_skipped);
+  }
   const auto started = std::chrono::steady_clock::now();
   allocator_for(Device::cpu()).reset_peak();
   optimizer->zero_grad();
@@ -217,7 +331,7 @@ EpochSummary Trainer::State::train_epoch(std::int64_t epoch) {
   // steps on the global gradient. A share may be 0 images; that step still runs.
   GradientAllreduce gradients(params);
   const double allreduce_seconds_before = world().stats().allreduce_seconds;
-  std::size_t step_index = 0;
+  std::size_t step_index = first_step;
   auto take_ready_steps = [&] {
     while (step_index < shard.images_per_step.size() && images_in_step == shard.images_per_step[step_index]) {
       gradients.sum(world());
@@ -229,12 +343,29 @@ EpochSummary Trainer::State::train_epoch(std::int64_t epoch) {
       }
       optimizer->step();
       optimizer->zero_grad();
+      checkpoint_current = false;
       images_in_step = 0;
       ++step_index;
+      // Ctrl-C / SIGTERM: the step is whole, nothing of the next image is computed.
+      if (stop_requested()) throw StopAtStepBoundary{};
     }
   };
+  // What a checkpoint written now needs to finish this epoch later.
+  auto keep_partial = [&](double wait_seconds) {
+    partial.active = true;
+    partial.steps = static_cast<std::int64_t>(step_index);
+    partial.labels = labels;
+    partial.probabilities = probabilities;
+    partial.losses = losses;
+    partial.tiles = tiles;
+    partial.seconds = seconds_before + std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    partial.wait_seconds = wait_seconds_before + wait_seconds;
+    partial.learning_rate = lr;
+  };
+  StreamStats stats;
+  try {
   take_ready_steps();  // steps in which this rank has no image (more ranks than images_per_step)
-  const StreamStats stats = stream.run(
+  if (!schedule.empty()) stats = stream.run(
       schedule,
       [&](std::size_t image) {
         return plan_image(train[image].path, config.tiler, true, seed(kSubsample, e, image), seed(kAugment, e, image));
@@ -249,8 +380,10 @@ EpochSummary Trainer::State::train_epoch(std::int64_t epoch) {
           if (batch.last_of_job) {
             const ImageOutcome outcome = step->finish_image(loss_scale);
             if (!std::isfinite(outcome.loss))
-              throw Error(fmt::format("{} ({}): the loss is {} at epoch {}, optimizer step {}", sample.path,
-                                      sample.origin, outcome.loss, epoch, optimizer->steps_taken()));
+              throw Error(fmt::format("{} ({}): the loss is {} at epoch {}, optimizer step {} of the run; the "
+                                      "weights were not updated with it. Lower train.lr, set train.clip_grad_norm, "
+                                      "or check the image and data.mean/std",
+                                      sample.path, sample.origin, outcome.loss, epoch, optimizer->steps_taken() + 1));
             labels.push_back(sample.label);
             probabilities.push_back(outcome.probabilities);
             losses.push_back(outcome.loss);
@@ -261,14 +394,22 @@ EpochSummary Trainer::State::train_epoch(std::int64_t epoch) {
         tiles += batch.pixels.dim(0);
         if (!batch.last_of_job) return;
         step->end_image();
+        check_gradients(sample, epoch);
         ++images_done;
         ++images_in_step;
-        take_ready_steps();
         report_progress(false);
+        take_ready_steps();
       });
   take_ready_steps();  // steps in which this rank had no image (the last, short one)
+  } catch (const StopAtStepBoundary&) {
+    if (tty) std::fputc('\n', stderr);
+    keep_partial(0.0);
+    throw;
+  }
   BT_CHECK(step_index == shard.images_per_step.size(), "epoch {}: {} of {} optimizer steps taken", epoch, step_index,
            shard.images_per_step.size());
+  // Kept until the epoch's checkpoint: a stop during validation saves them.
+  keep_partial(stats.wait_seconds);
   gather_image_results(world(), shard.positions, train.size(), dataset.classes.size(), labels, probabilities, losses);
   tiles = sum_over_ranks(world(), tiles);
   average_buffers(world(), state_refs());
@@ -281,9 +422,9 @@ EpochSummary Trainer::State::train_epoch(std::int64_t epoch) {
   row.epoch = epoch;
   row.split = "train";
   row.metrics = compute_metrics(labels, probabilities, losses, dataset.classes.size());
-  row.seconds = stats.seconds;
+  row.seconds = partial.seconds;
   row.tiles = tiles;
-  row.wait_seconds = stats.wait_seconds;
+  row.wait_seconds = partial.wait_seconds;
   row.peak_allocated_bytes = allocator_for(Device::cpu()).stats().peak_bytes;
   row.peak_rss_bytes = peak_rss_bytes();
   row.learning_rate = lr;
@@ -316,6 +457,8 @@ EpochSummary Trainer::State::evaluate(const std::vector<Sample>& split, const st
         probabilities.push_back(outcome.probabilities);
         losses.push_back(outcome.loss);
         step->end_image();
+        // Evaluation changes no state: a stop drops it, and resume evaluates again.
+        if (!world().distributed() && stop_requested()) throw StopAtStepBoundary{};
       });
   gather_image_results(world(), mine, split.size(), dataset.classes.size(), labels, probabilities, losses);
   tiles = sum_over_ranks(world(), tiles);
@@ -348,15 +491,22 @@ Trainer::Trainer(Config config, bool resume) : state_(std::make_unique<State>())
   spdlog::info("device: {}", kernels::describe_backend_choice(s.backend));
 
   fs::create_directories(s.run_dir);
+  const fs::path last_weights = s.run_dir / "checkpoints" / "last.safetensors";
+  const fs::path last_training = s.run_dir / "checkpoints" / "last.training.safetensors";
   if (resume) {
-    if (!fs::exists(s.run_dir / "checkpoints" / "last.safetensors"))
-      throw Error(fmt::format("--resume {}: no checkpoints/last.safetensors to resume from", s.run_dir.string()));
-  } else if (fs::exists(s.run_dir / "checkpoints" / "last.safetensors")) {
+    if (!fs::exists(last_training))
+      throw Error(fmt::format("--resume {}: no checkpoints/last.training.safetensors to resume from",
+                              s.run_dir.string()));
+  } else if (fs::exists(last_weights) || fs::exists(last_training)) {
     throw Error(fmt::format("{} already holds a run; use --resume {} to continue it, or another output.dir",
                             s.run_dir.string(), s.run_dir.string()));
   }
-  s.dataset = load_dataset(c.data, c.train.seed);
-  for (const auto& skipped : s.dataset.skipped) spdlog::warn("skipped {}: {}", skipped.origin, skipped.reason);
+  s.dataset = load_dataset(c.data, c.train.seed, ImageCheck::header);
+  if (!s.dataset.skipped.empty()) {
+    // Also in report.html's data summary (report_data.cpp reads dataset.skipped).
+    spdlog::warn("data.on_bad_image: skip: {} image(s) left out of this run:", s.dataset.skipped.size());
+    for (const auto& skipped : s.dataset.skipped) spdlog::warn("skipped {}: {}", skipped.origin, skipped.reason);
+  }
 
   YAML::Node model_node = c.model.IsDefined() ? YAML::Clone(c.model) : YAML::Node(YAML::NodeType::Map);
   model_node["num_classes"] = static_cast<std::int64_t>(s.dataset.classes.size());
@@ -408,14 +558,37 @@ Trainer::Trainer(Config config, bool resume) : state_(std::make_unique<State>())
                                     .label_smoothing = static_cast<float>(c.train.label_smoothing)});
 
   if (resume) {
-    const fs::path dir = s.run_dir / "checkpoints";
-    const net::Metadata weights = load_model_checkpoint((dir / "last.safetensors").string(), *s.model, *s.aggregator);
-    const net::Metadata training = load_training_state((dir / "last.training.safetensors").string(), *s.optimizer);
+    const LoadedTrainingState loaded =
+        load_training_state(last_training.string(), *s.optimizer, *s.model, *s.aggregator);
+    const net::Metadata& training = loaded.metadata;
     s.epochs_done = std::stoll(training.at("epochs_done"));
-    if (weights.at("epoch") != training.at("epochs_done"))
-      throw Error(fmt::format("{}: the weights are of epoch {}, the optimizer state of epoch {}; the run was stopped "
-                              "while checkpointing",
-                              dir.string(), weights.at("epoch"), training.at("epochs_done")));
+    if (const auto found = training.find("unfinished_epoch"); found != training.end())
+      s.partial = State::PartialEpoch::from_json(found->second, last_training.string());
+    if (!loaded.loaded_weights) {
+      // A training state of an older bigtrain, without the weights: they come from
+      // last.safetensors, and the pair must be of one step.
+      const net::Metadata weights = load_model_checkpoint(last_weights.string(), *s.model, *s.aggregator);
+      if (weights.at("epoch") != training.at("epochs_done"))
+        throw Error(fmt::format("{}: the weights are of epoch {}, the optimizer state ({}) of epoch {}; they were not "
+                                "written together, so the run cannot resume exactly",
+                                last_weights.string(), weights.at("epoch"), last_training.string(),
+                                training.at("epochs_done")));
+    } else {
+      // A kill between the two writes of a checkpoint leaves last.safetensors one
+      // checkpoint behind (or missing); resume never reads it, but people do.
+      std::string weights_checkpoint = "nothing readable";
+      try {
+        weights_checkpoint = read_checkpoint_metadata(last_weights.string()).at("bigtrain.checkpoint");
+      } catch (const std::exception&) {
+      }
+      if (weights_checkpoint != training.at("bigtrain.checkpoint") && world().is_root()) {
+        spdlog::warn("{} holds {}, the training state {} (the run was stopped between writing the two); rewriting it "
+                     "from the training state",
+                     last_weights.string(), weights_checkpoint, training.at("bigtrain.checkpoint"));
+        save_model_checkpoint(last_weights.string(), *s.model, *s.aggregator, s.checkpoint_metadata());
+      }
+    }
+    s.checkpoint_current = true;
     if (!training.at("best_value").empty()) s.best_value = std::stod(training.at("best_value"));
     s.best_epoch = std::stoll(training.at("best_epoch"));
     s.epochs_without_improvement = std::stoll(training.at("epochs_without_improvement"));
@@ -427,7 +600,11 @@ Trainer::Trainer(Config config, bool resume) : state_(std::make_unique<State>())
       const auto parsed = std::from_chars(line.data(), line.data() + line.size(), epoch);
       if (s.metrics_csv.empty() || parsed.ec != std::errc() || epoch <= s.epochs_done) s.metrics_csv += line + "\n";
     }
-    spdlog::info("resuming {} after epoch {}", s.run_dir.string(), s.epochs_done);
+    if (s.partial.active)
+      spdlog::info("resuming {} in epoch {} after optimizer step {} of {}", s.run_dir.string(), s.epochs_done + 1,
+                   s.partial.steps, s.steps_per_epoch());
+    else
+      spdlog::info("resuming {} after epoch {}", s.run_dir.string(), s.epochs_done);
   } else if (world().is_root()) {
     save_config(c, (s.run_dir / "config.yaml").string());
     write_file_atomically((s.run_dir / "classes.json").string(), nlohmann::json(s.dataset.classes).dump() + "\n");
@@ -446,14 +623,19 @@ Trainer::~Trainer() = default;
 
 const Dataset& Trainer::dataset() const { return state_->dataset; }
 
+void Trainer::stop_after_optimizer_steps(std::int64_t steps) { state_->stop_after_steps = steps; }
+
 TrainOutcome Trainer::run() {
   State& s = *state_;
   const Config& c = s.config;
   TrainOutcome outcome;
   const bool higher_is_better = c.train.best_metric != "val_loss";
   std::int64_t run_this_time = 0;
+  try {
   while (s.epochs_done < c.train.epochs) {
     if (epoch_limit_ >= 0 && run_this_time >= epoch_limit_) break;
+    // A stop that came while the last checkpoint was written: it is this state.
+    if (s.stop_requested()) throw StopAtStepBoundary{};
     const std::int64_t epoch = s.epochs_done + 1;
     EpochSummary train = s.train_epoch(epoch);
     s.append_metrics(train);
@@ -479,6 +661,7 @@ TrainOutcome Trainer::run() {
       }
     }
     s.epochs_done = epoch;
+    s.partial = {};
     s.write_checkpoints(improved);
     ++run_this_time;
     spdlog::info("epoch {}/{}: train loss {:.4f} acc {:.3f}{} ({:.1f} s, {:.2f} img/s, compute waited {:.1f}%)", epoch,
@@ -494,6 +677,7 @@ TrainOutcome Trainer::run() {
   }
   write_weights_digest_if_asked(world(), s.state_refs());
   const bool finished = s.epochs_done >= c.train.epochs || outcome.stopped_early;
+  if (finished && !s.dataset.test.empty() && s.stop_requested()) throw StopAtStepBoundary{};
   if (finished && !s.dataset.test.empty()) {
     const fs::path best = s.run_dir / "checkpoints" / "best.safetensors";
     if (fs::exists(best)) load_model_checkpoint(best.string(), *s.model, *s.aggregator);
@@ -503,6 +687,15 @@ TrainOutcome Trainer::run() {
     spdlog::info("test ({} checkpoint): loss {:.4f} accuracy {:.3f} balanced accuracy {:.3f}",
                  fs::exists(best) ? "best" : "last", test.metrics.loss, test.metrics.accuracy,
                  test.metrics.balanced_accuracy);
+  }
+  } catch (const StopAtStepBoundary&) {
+    if (!s.checkpoint_current) s.write_checkpoints(false);
+    outcome.interrupted = true;
+    outcome.stop_signal = stop_signal();
+    outcome.stopped_at = s.position_text();
+    spdlog::warn("{}: stopped at {}; checkpoint written to {}",
+                 outcome.stop_signal ? signal_text(outcome.stop_signal) : std::string("stop requested"),
+                 outcome.stopped_at, (s.run_dir / "checkpoints").string());
   }
   outcome.epochs_completed = s.epochs_done;
   outcome.best_value = s.best_value;

@@ -3,12 +3,18 @@
 //
 // Run directory: config.yaml (resolved), classes.json, metrics.csv (one row per
 // epoch and split), confusion_<split>.csv, log.txt, checkpoints/{last,best}.safetensors
-// and their .training.safetensors (optimizer state and counters).
+// and last.training.safetensors (weights, optimizer state and counters: all resume
+// reads, see pipeline/checkpoint.hpp).
+//
+// SIGINT/SIGTERM (pipeline/interrupt.hpp) stop the run after the optimizer step in
+// progress with a checkpoint inside the epoch: it also holds the epoch's results so
+// far, and resuming skips the images of the steps taken.
 //
 // Everything random derives from (train.seed, epoch, image, purpose): the epoch's
 // image order, tile subsets, augmentation and dropout. So a run resumed from the
-// checkpoint of epoch k continues exactly as the uninterrupted run (on the CPU, bit
-// for bit): it needs only the weights, the optimizer state and the epoch count.
+// checkpoint of epoch k (or of step s inside it) continues exactly as the
+// uninterrupted run (on the CPU, bit for bit): it needs only the weights, the
+// optimizer state, the epoch and step counts.
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -39,6 +45,11 @@ struct TrainOutcome {
   std::optional<double> best_value;
   std::int64_t best_epoch = 0;
   bool stopped_early = false;
+  // SIGINT/SIGTERM (or stop_after_optimizer_steps): the run stopped at an optimizer
+  // step boundary with a checkpoint that --resume continues bit for bit (CPU).
+  bool interrupted = false;
+  int stop_signal = 0;     // the signal, 0 for stop_after_optimizer_steps
+  std::string stopped_at;  // "epoch 2, optimizer step 3 of 4 (step 7 of the run)"
 };
 
 class Trainer {
@@ -52,6 +63,9 @@ class Trainer {
   TrainOutcome run();
   // Stop after at most this many epochs in this invocation (tests of resume).
   void set_epoch_limit(std::int64_t epochs) { epoch_limit_ = epochs; }
+  // Stop as SIGTERM would once the optimizer has taken this many steps in all
+  // (tests of resuming inside an epoch at every step boundary).
+  void stop_after_optimizer_steps(std::int64_t steps);
 
   const Dataset& dataset() const;
 
