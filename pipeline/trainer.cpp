@@ -663,6 +663,7 @@ TrainOutcome Trainer::run() {
     s.epochs_done = epoch;
     s.partial = {};
     s.write_checkpoints(improved);
+    if (improved) refresh_report_heatmaps(c, s.dataset, epoch);  // report.html's heatmaps of the best checkpoint (issue 10)
     ++run_this_time;
     spdlog::info("epoch {}/{}: train loss {:.4f} acc {:.3f}{} ({:.1f} s, {:.2f} img/s, compute waited {:.1f}%)", epoch,
                  c.train.epochs, train.metrics.loss, train.metrics.accuracy, val_text, train.seconds,
