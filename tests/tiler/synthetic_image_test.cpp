@@ -30,7 +30,9 @@ TEST_P(SyntheticImageTiles, TilesEqualTheWholeRender) {
   const cv::Rect whole(0, 0, static_cast<int>(image.width / step), static_cast<int>(image.height / step));
   cv::Mat reference;
   render_synthetic(image, level, whole, reference);  // has tissue: shaded pixel by pixel
-  if (channels == 3 && bits == 8) ASSERT_FALSE(all_background(reference));
+  if (channels == 3 && bits == 8) {
+    ASSERT_FALSE(all_background(reference));
+  }
   int background_tiles = 0, tissue_tiles = 0;
   const int tile = 48;
   for (int y = 0; y < whole.height; y += tile)
