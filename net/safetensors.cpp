@@ -89,7 +89,9 @@ void write_all(int fd, const void* data, std::size_t bytes, const std::string& p
   while (bytes > 0) {
     const ssize_t written = ::write(fd, p, bytes);
     if (written < 0 && errno == EINTR) continue;
-    BT_CHECK(written > 0, "{}: write failed: {}", path, std::strerror(errno));
+    // A user-facing message (disk full, file size limit), not a failed-check text.
+    if (written <= 0)
+      throw Error(fmt::format("{}: write failed: {}", path, written < 0 ? std::strerror(errno) : "no progress"));
     p += written;
     bytes -= static_cast<std::size_t>(written);
   }
@@ -304,18 +306,23 @@ void write_safetensors(const std::filesystem::path& path, const SafetensorsFile&
 
   const std::filesystem::path temp = path.string() + ".tmp";
   const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  BT_CHECK(fd >= 0, "{}: cannot create: {}", temp.string(), std::strerror(errno));
+  if (fd < 0) throw Error(fmt::format("{}: cannot create: {}", temp.string(), std::strerror(errno)));
   try {
     write_all(fd, &header_length, sizeof(header_length), temp.string());
     write_all(fd, header_text.data(), header_text.size(), temp.string());
     for (const auto& [name, tensor] : file.tensors) write_all(fd, tensor.bytes.data(), tensor.bytes.size(), temp.string());
-    BT_CHECK(::fsync(fd) == 0, "{}: fsync failed: {}", temp.string(), std::strerror(errno));
+    if (::fsync(fd) != 0) throw Error(fmt::format("{}: fsync failed: {}", temp.string(), std::strerror(errno)));
   } catch (...) {
     ::close(fd);
     std::filesystem::remove(temp);
     throw;
   }
-  ::close(fd);
+  // Some file systems (NFS) report a failed write-back only here.
+  if (::close(fd) != 0) {
+    const std::string reason = std::strerror(errno);
+    std::filesystem::remove(temp);
+    throw Error(fmt::format("{}: close failed: {}; {} was left as it was", temp.string(), reason, path.string()));
+  }
   std::error_code error;
   std::filesystem::rename(temp, path, error);
   if (error) {
