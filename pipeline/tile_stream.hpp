@@ -1,7 +1,8 @@
 #pragma once
 // The TBB flow graph of DESIGN.md that feeds tiles to the network:
 //
-//   input_node (serial: plans images lazily, emits one request per tile, in order)
+//   input_node (serial: takes each image's plan, emits one request per tile, in order)
+//     -> planning node (serial: plans the next `plan_ahead` images while this one streams)
 //     -> limiter_node (at most `tiles_in_flight` tiles between input and compute)
 //     -> function_node read + preprocess/augment (parallel, thread-safe region reads)
 //     -> sequencer_node (back into request order)
@@ -51,12 +52,20 @@ struct TileStreamOptions {
   std::int64_t tile_batch = 16;
   std::int64_t tiles_in_flight = 0;  // 0: 4 batches; at least 2 batches
   int threads = 0;                   // read/preprocess workers; 0: all cores
+  // Images planned ahead of the one streaming (opening, thumbnail, background
+  // filter), so planning overlaps reads and compute instead of stalling the input.
+  // 0 plans each image in the input node when the stream reaches it.
+  int plan_ahead = 2;
 };
 
 class TileStream {
  public:
-  // The planner is called once per image, from one thread, when the stream reaches
-  // the image's first job; later jobs of the same image reuse its plan.
+  // The planner is called once per image; later jobs of the same image reuse its
+  // plan. With plan_ahead = 0 it is called from the input node when the stream
+  // reaches the image's first job. Otherwise it is called on a worker thread up to
+  // plan_ahead images earlier, possibly while the consumer runs and while another
+  // image is being planned, so it must be thread-safe (plan_image is). Either way a
+  // planner's error surfaces when the stream reaches that image, as if planned then.
   using Planner = std::function<ImagePlan(std::size_t image)>;
   // Called for each batch in schedule order, from one thread at a time.
   using Consumer = std::function<void(const TileBatch& batch)>;

@@ -1,11 +1,15 @@
 // The tile stream on real tiled TIFFs: batches arrive in schedule order with the
 // right tiles, pass 2 sees exactly pass 1's pixels (augmentation included), results
-// do not depend on the number of threads, and failures name the image.
+// do not depend on the number of threads or on planning ahead, and failures name the
+// image (a failed plan ahead only when the stream reaches it).
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <cstring>
 #include <filesystem>
+#include <map>
+#include <mutex>
+#include <set>
 #include <thread>
 
 #include "kernels/core/error.hpp"
@@ -157,6 +161,74 @@ TEST_F(TileStreamTest, FailuresNameTheImage) {
     EXPECT_NE(std::string(error.what()).find("0.tif"), std::string::npos) << error.what();
   }
   EXPECT_EQ(calls, 2) << "the stream stops at the first failure";
+}
+
+TEST_F(TileStreamTest, PlanningAheadOverlapsStreamingAndChangesNothing) {
+  const std::vector<StreamJob> schedule = {{0, 1}, {0, 2}, {1, 1}, {1, 2}, {2, 1}, {2, 2}};
+  auto run = [&](int plan_ahead, std::vector<std::int64_t>* consumed_when_planned) {
+    TileStream stream({.tile_batch = 3, .tiles_in_flight = 6, .threads = 2, .plan_ahead = plan_ahead},
+                      preprocessing(true));
+    std::atomic<std::int64_t> consumed{0};
+    std::mutex mutex;
+    std::map<std::size_t, int> calls;
+    const TileStream::Planner plan = planner();
+    std::vector<std::vector<float>> batches;
+    stream.run(
+        schedule,
+        [&](std::size_t image) {
+          {
+            std::lock_guard lock(mutex);
+            ++calls[image];
+            if (consumed_when_planned) (*consumed_when_planned)[image] = consumed.load();
+          }
+          return plan(image);
+        },
+        [&](const TileBatch& batch) {
+          batches.push_back(batch.pixels.to_vector());
+          // A slow device step, so planning ahead has time to happen before it ends.
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+          ++consumed;
+        });
+    for (std::size_t image = 0; image < 3; ++image) EXPECT_EQ(calls[image], 1) << "image " << image;
+    return batches;
+  };
+  std::vector<std::int64_t> consumed_when_planned(3, -1);
+  const auto serial = run(0, nullptr), ahead = run(2, &consumed_when_planned);
+  EXPECT_EQ(serial, ahead) << "planning ahead must not change a single batch";
+  // Image 0 has 16 tiles, 6 batches a pass. Planned when the stream reaches them,
+  // images 1 and 2 would see at least 8 and 16 batches consumed (all of image 0's 32
+  // tiles but the 6 in flight); planned ahead, both start during image 0's pass 1.
+  EXPECT_LT(consumed_when_planned[1], 6);
+  EXPECT_LT(consumed_when_planned[2], 6);
+}
+
+TEST_F(TileStreamTest, APlannerErrorAheadSurfacesWhenTheStreamReachesTheImage) {
+  paths_[2] = (dir_ / "missing.tif").string();
+  for (int threads : {1, 3}) {
+    SCOPED_TRACE(::testing::Message() << threads << " threads");
+    TileStream stream({.tile_batch = 4, .tiles_in_flight = 8, .threads = threads, .plan_ahead = 2},
+                      preprocessing(false));
+    std::set<std::size_t> finished;
+    try {
+      stream.run({{0, 1}, {1, 1}, {2, 1}}, planner(), [&](const TileBatch& batch) {
+        if (batch.last_of_job) finished.insert(batch.image);
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      });
+      FAIL() << "expected an Error";
+    } catch (const Error& error) {
+      EXPECT_NE(std::string(error.what()).find("missing.tif"), std::string::npos) << error.what();
+    }
+    // Image 2's planner failed while image 0 streamed, but the failure stopped the
+    // stream only once it reached image 2 (as a plan made then would): by then all of
+    // image 0 had been consumed (16 tiles; reaching image 2 leaves at most 8 of images
+    // 0 and 1's 36 tiles unconsumed). Image 1's in-flight tiles are dropped, as before.
+    EXPECT_EQ(finished.count(0), 1u);
+    EXPECT_EQ(finished.count(2), 0u);
+  }
+}
+
+TEST_F(TileStreamTest, NegativePlanAheadIsRefused) {
+  EXPECT_THROW(TileStream({.tile_batch = 4, .plan_ahead = -1}, preprocessing(false)), Error);
 }
 
 }  // namespace
