@@ -245,7 +245,10 @@ InferenceStats InferenceEngine::run(const std::vector<InferenceItem>& items,
     std::map<std::size_t, Clock::time_point> planned_at;
     std::optional<std::size_t> planning;  // the image whose planner is running (or threw)
     std::optional<std::size_t> skipping;  // an image whose compute failed: its later batches are dropped
-    TileStream stream({options_.tile_batch, options_.tiles_in_flight, options_.threads}, preprocessing);
+    // plan_ahead 0: the planner below records, unsynchronised with the consumer, which
+    // image it is planning (to name a failed one) and when (its timing), so it must run
+    // in the input node when the stream reaches the image, not ahead on another thread.
+    TileStream stream({options_.tile_batch, options_.tiles_in_flight, options_.threads, 0}, preprocessing);
     try {
       const StreamStats stats = stream.run(
           schedule,
