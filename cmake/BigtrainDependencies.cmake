@@ -3,6 +3,8 @@ find_package(Threads REQUIRED)
 find_package(TBB REQUIRED)
 find_package(OpenCV REQUIRED COMPONENTS core imgproc imgcodecs)
 find_package(TIFF REQUIRED)
+# The TIFF writer compresses Deflate tiles itself, several at once (libtiff needs zlib anyway).
+find_package(ZLIB REQUIRED)
 find_package(fmt REQUIRED)
 find_package(spdlog REQUIRED)
 find_package(yaml-cpp REQUIRED)
