@@ -43,27 +43,7 @@ second_rename_onto() {
   awk -v target="checkpoints/$1\"\\)" '/rename\(/ { n++; if ($0 ~ target && ++seen == 2) { print n; exit } }' renames.txt
 }
 
-same_run() {
-  python3 - "$1" "$2" <<'PY' || fail "$2 differs from the uninterrupted run"
-import json, struct, sys
-def tensors(path):
-    with open(path, "rb") as f:
-        (n,) = struct.unpack("<Q", f.read(8))
-        header = json.loads(f.read(n))
-        data = f.read()
-    header.pop("__metadata__", None)
-    return {k: data[v["data_offsets"][0]:v["data_offsets"][1]] for k, v in header.items()}
-for name in ["last.training.safetensors", "last.safetensors"]:
-    a, b = (tensors(f"{d}/checkpoints/{name}") for d in sys.argv[1:3])
-    if a.keys() != b.keys(): sys.exit(f"{name}: tensor names differ")
-    bad = [k for k in a if a[k] != b[k]]
-    if bad: sys.exit(f"{name}: {len(bad)} tensors differ, e.g. {bad[0]}")
-PY
-  # Same losses, accuracies, AUCs, counts and learning rates (timings, throughput
-  # and memory columns differ run to run and are dropped).
-  same_columns() { cut -d, -f1-8,15- "$1/metrics.csv"; }
-  diff <(same_columns "$1") <(same_columns "$2") || fail "$2/metrics.csv differs from the uninterrupted run's"
-}
+source "$SOURCE/tests/cli/lib/same_run.sh"
 
 # kill_and_resume FILE EXPECTED_RESUME_LINE: kills the run on entry to the rename()
 # of epoch 2's FILE, resumes it, and compares with the reference.
@@ -84,7 +64,7 @@ kill_and_resume() {
   "$BIGTRAIN" run run.yaml --resume "$dir" >"$dir.resumed.log" 2>&1 \
     || { cat "$dir.resumed.log"; fail "resume after kill -9 in the rename of $file failed"; }
   grep -q "$expected" "$dir.resumed.log" || { cat "$dir.resumed.log"; fail "expected '$expected' after a kill in $file"; }
-  same_run reference "$dir"
+  same_run reference "$dir" last.training.safetensors last.safetensors
   echo "killed at rename #$kill_at ($file of epoch 2): $expected, then equal to the uninterrupted run"
 }
 

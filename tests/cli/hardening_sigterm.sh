@@ -29,27 +29,7 @@ train: {epochs: 4, images_per_step: 2, tile_batch: 4, optimizer: adamw, lr: 0.00
 device: {type: cpu, threads: 1}
 YAML
 
-# Bit-for-bit equality of every tensor of the three checkpoints, and of the metrics
-# columns that do not measure time or memory.
-same_run() {
-  python3 - "$1" "$2" <<'PY' || fail "$2 differs from the uninterrupted run"
-import json, struct, sys
-def tensors(path):
-    with open(path, "rb") as f:
-        (n,) = struct.unpack("<Q", f.read(8))
-        header = json.loads(f.read(n))
-        data = f.read()
-    header.pop("__metadata__", None)
-    return {k: data[v["data_offsets"][0]:v["data_offsets"][1]] for k, v in header.items()}
-for name in ["last.training.safetensors", "last.safetensors", "best.safetensors"]:
-    a, b = (tensors(f"{d}/checkpoints/{name}") for d in sys.argv[1:3])
-    if a.keys() != b.keys(): sys.exit(f"{name}: tensor names differ")
-    bad = [k for k in a if a[k] != b[k]]
-    if bad: sys.exit(f"{name}: {len(bad)} tensors differ, e.g. {bad[0]}")
-PY
-  same_columns() { cut -d, -f1-8,15- "$1/metrics.csv"; }
-  diff <(same_columns "$1") <(same_columns "$2") || fail "$2/metrics.csv differs from the uninterrupted run's"
-}
+source "$SOURCE/tests/cli/lib/same_run.sh"
 
 # Waits until file $2 has a line matching $3 while process $1 runs (at most 5
 # minutes: a loaded CI machine can be slow).
@@ -87,7 +67,7 @@ where=$(grep -o "interrupted at [^;]*" stopped.log)
 # The printed command, run as printed (with this build's binary).
 ${resume_command/#bigtrain/$BIGTRAIN} >resumed.log 2>&1 || { cat resumed.log; fail "the printed resume command failed"; }
 grep -q "resuming stopped in epoch" resumed.log || { cat resumed.log; fail "did not resume inside the epoch"; }
-same_run reference stopped
+same_run reference stopped last.training.safetensors last.safetensors best.safetensors
 
 # --- SIGINT then SIGTERM: the second signal ends the process at once --------------
 # (env resets SIGINT, which a non-interactive shell makes background jobs ignore.)
@@ -106,5 +86,5 @@ set -e
   || { cat aborted.log; fail "exit status $status after the second signal, expected death by SIGTERM or SIGINT"; }
 grep -q "Resume with" aborted.log && { cat aborted.log; fail "the second signal waited for the step and checkpoint"; }
 "$BIGTRAIN" run run.yaml --resume aborted >aborted_resumed.log 2>&1 || { cat aborted_resumed.log; fail "resume after the abort failed"; }
-same_run reference aborted
+same_run reference aborted last.training.safetensors last.safetensors best.safetensors
 echo "ok: SIGTERM stopped at ${where#interrupted at }; the printed command resumed it bit for bit; SIGINT+SIGTERM aborted at once and the previous checkpoint resumed bit for bit"
