@@ -5,17 +5,11 @@
 # in report.html's data summary. Labels that name no class, or no label at all,
 # are errors naming the manifest line in both modes.
 set -euo pipefail
-BIGTRAIN=$1
-SOURCE=$2
-fail() { echo "FAIL: $*" >&2; exit 1; }
+source "$2/tests/cli/lib/scratch.sh"
 
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp"
 broken=$SOURCE/tests/data/broken_images
 
-"$BIGTRAIN" make-demo-data --out data --mnist "$SOURCE/tests/data/mnist" --size 128 --classes 0,1 --train 4 --val 2 \
-  --test 0 --tile 64 >/dev/null 2>&1
+demo_data --size 128 --classes 0,1 --train 4 --val 2 --test 0 --tile 64
 lines=$(wc -l < data/train.csv)
 cp data/train.csv data/bad.csv
 printf '%s,0\n%s,1\nmissing.tif,1\n' "$broken/not-a-tiff.tif" "$broken/truncated-header.tif" >> data/bad.csv

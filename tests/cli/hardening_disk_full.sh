@@ -6,16 +6,9 @@
 # it fails with ENOSPC on a full disk, root included (permissions would not stop
 # root). An output folder that cannot be created is a clear error too.
 set -euo pipefail
-BIGTRAIN=$1
-SOURCE=$2
-fail() { echo "FAIL: $*" >&2; exit 1; }
+source "$2/tests/cli/lib/scratch.sh"
 
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp"
-
-"$BIGTRAIN" make-demo-data --out data --mnist "$SOURCE/tests/data/mnist" --size 128 --classes 0,1 --train 4 --val 2 \
-  --test 0 --tile 64 >/dev/null 2>&1
+demo_data --size 128 --classes 0,1 --train 4 --val 2 --test 0 --tile 64
 cat > run.yaml <<'YAML'
 data: {train: data/train.csv, val: data/val.csv, mean: [0.05], std: [0.2]}
 tiler: {tile: 64, overlap: 0}

@@ -5,16 +5,9 @@
 # accepts, with frozen BatchNorm (nothing renormalises the activations) and pixels
 # scaled up by a tiny data.std, overflows in the second optimizer step.
 set -euo pipefail
-BIGTRAIN=$1
-SOURCE=$2
-fail() { echo "FAIL: $*" >&2; exit 1; }
+source "$2/tests/cli/lib/scratch.sh"
 
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp"
-
-"$BIGTRAIN" make-demo-data --out data --mnist "$SOURCE/tests/data/mnist" --size 256 --classes 0,1 --train 8 --val 0 \
-  --test 0 --tile 128 >/dev/null 2>&1
+demo_data --size 256 --classes 0,1 --train 8 --val 0 --test 0 --tile 128
 cat > run.yaml <<'YAML'
 data: {train: data/train.csv, mean: [0.05], std: [1.0e-10], val_fraction: 0}
 tiler: {tile: 64, overlap: 0}

@@ -10,18 +10,12 @@
 # Killed before the first rename, the run resumes from epoch 1; killed between the
 # two, it resumes from epoch 2 and rewrites the stale last.safetensors.
 set -euo pipefail
-BIGTRAIN=$1
-SOURCE=$2
-fail() { echo "FAIL: $*" >&2; exit 1; }
+source "$2/tests/cli/lib/scratch.sh"
 
 if ! command -v strace >/dev/null; then echo "strace is not installed, so the kill cannot be placed inside a checkpoint write; skipping"; exit 77; fi
 if ! strace -qq -o /dev/null true 2>/dev/null; then echo "strace cannot trace here (ptrace not permitted); skipping"; exit 77; fi
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp"
 
-"$BIGTRAIN" make-demo-data --out data --mnist "$SOURCE/tests/data/mnist" --size 256 --classes 0,1 --train 8 --val 4 \
-  --test 2 --tile 128 >/dev/null 2>&1
+demo_data --size 256 --classes 0,1 --train 8 --val 4 --test 2 --tile 128
 cat > run.yaml <<'YAML'
 data: {train: data/train.csv, val: data/val.csv, mean: [0.05], std: [0.2]}
 tiler: {tile: 64, overlap: 0}

@@ -3,15 +3,9 @@
 # (first) row marked, each run linked to its own report.html (which the trainer wrote),
 # and each run's report.html shows the table with its own row marked.
 set -euo pipefail
-BIGTRAIN=$1
-SOURCE=$2
-fail() { echo "FAIL: $*" >&2; exit 1; }
+source "$2/tests/cli/lib/scratch.sh"
 "$BIGTRAIN" compare --help >/dev/null 2>&1 || { echo "SKIP: this build has no bigtrain compare"; exit 77; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp"
-"$BIGTRAIN" make-demo-data --out data --mnist "$SOURCE/tests/data/mnist" --size 128 --classes 2,7 --train 6 --val 4 \
-  --test 2 --tile 64 >/dev/null 2>&1 || fail "make-demo-data failed"
+demo_data --size 128 --classes 2,7 --train 6 --val 4 --test 2 --tile 64
 for kind in mean max; do
   cat > $kind.yaml <<YAML
 data: {train: data/train.csv, val: data/val.csv, test: data/test.csv, mean: [0.05], std: [0.2]}

@@ -6,16 +6,10 @@
 # and no temporary file is left. BIGTRAIN_REPORT_SCREENSHOT=path keeps the screenshot
 # (docs/report.png is made this way).
 set -euo pipefail
-BIGTRAIN=$1
-SOURCE=$2
-fail() { echo "FAIL: $*" >&2; exit 1; }
+source "$2/tests/cli/lib/scratch.sh"
 command -v python3 >/dev/null || { echo "SKIP: python3 is needed to check the heatmaps"; exit 77; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp"
 
-"$BIGTRAIN" make-demo-data --out data --mnist "$SOURCE/tests/data/mnist" --size 192 --classes 2,7 --train 8 --val 4 \
-  --test 4 --tile 64 >/dev/null 2>&1 || fail "make-demo-data failed"
+demo_data --size 192 --classes 2,7 --train 8 --val 4 --test 4 --tile 64
 cat > run.yaml <<'YAML'
 data: {train: data/train.csv, val: data/val.csv, test: data/test.csv, mean: [0.05], std: [0.2]}
 tiler: {tile: 64, overlap: 0, border: shift}

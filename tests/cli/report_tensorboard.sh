@@ -4,21 +4,15 @@
 # TFRecord CRCs verify (independent CRC-32C) and the scalars equal metrics.csv, also
 # after a stop and resume (one event file per run, rewritten, not a second one).
 set -euo pipefail
-BIGTRAIN=$1
-SOURCE=$2
-fail() { echo "FAIL: $*" >&2; exit 1; }
+source "$2/tests/cli/lib/scratch.sh"
 command -v protoc >/dev/null || { echo "SKIP: protoc is not installed (apt-get install protobuf-compiler)"; exit 77; }
 /usr/bin/python3 -c 'import google.protobuf' 2>/dev/null \
   || { echo "SKIP: /usr/bin/python3 has no protobuf module (apt-get install python3-protobuf)"; exit 77; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 mkdir "$tmp/proto"
 protoc --proto_path="$SOURCE/tests/cli" --python_out="$tmp/proto" "$SOURCE/tests/cli/tensorboard_event.proto" \
   || fail "protoc failed"
-cd "$tmp"
 
-"$BIGTRAIN" make-demo-data --out data --mnist "$SOURCE/tests/data/mnist" --size 128 --classes 2,7 --train 6 --val 4 \
-  --test 2 --tile 64 >/dev/null 2>&1 || fail "make-demo-data failed"
+demo_data --size 128 --classes 2,7 --train 6 --val 4 --test 2 --tile 64
 cat > run.yaml <<'YAML'
 data: {train: data/train.csv, val: data/val.csv, test: data/test.csv, mean: [0.05], std: [0.2]}
 tiler: {tile: 64, overlap: 0, border: shift}

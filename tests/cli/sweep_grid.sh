@@ -7,16 +7,10 @@
 # report.html shows the table with its row marked; --reuse trains nothing; a bad grid
 # value fails before any training.
 set -euo pipefail
-BIGTRAIN=$1
-SOURCE=$2
-fail() { echo "FAIL: $*" >&2; exit 1; }
+source "$2/tests/cli/lib/scratch.sh"
 "$BIGTRAIN" sweep --help >/dev/null 2>&1 || { echo "SKIP: this build has no bigtrain sweep"; exit 77; }
 command -v python3 >/dev/null || { echo "SKIP: python3 is needed to check the tables"; exit 77; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp"
-"$BIGTRAIN" make-demo-data --out data --mnist "$SOURCE/tests/data/mnist" --size 128 --classes 2,7 --train 6 --val 4 \
-  --test 2 --tile 64 >/dev/null 2>&1 || fail "make-demo-data failed"
+demo_data --size 128 --classes 2,7 --train 6 --val 4 --test 2 --tile 64
 cat > base.yaml <<'YAML'
 data: {train: data/train.csv, val: data/val.csv, test: data/test.csv, mean: [0.05], std: [0.2]}
 tiler: {tile: 64, overlap: 0, border: shift}

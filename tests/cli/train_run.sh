@@ -3,15 +3,9 @@
 # DESIGN.md promises, metrics.csv has one row per epoch and split, a stopped run
 # resumes, and config mistakes are errors naming the file, line and valid keys.
 set -euo pipefail
-BIGTRAIN=$1
-SOURCE=$2
-fail() { echo "FAIL: $*" >&2; exit 1; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp"
+source "$2/tests/cli/lib/scratch.sh"
 
-"$BIGTRAIN" make-demo-data --out data --mnist "$SOURCE/tests/data/mnist" --size 192 --classes 2,7 --train 8 --val 4 \
-  --test 4 --tile 64 >/dev/null 2>&1 || fail "make-demo-data failed"
+demo_data --size 192 --classes 2,7 --train 8 --val 4 --test 4 --tile 64
 [ -f data/train.csv ] && [ -f data/val.csv ] && [ -f data/test.csv ] || fail "manifests missing"
 [ "$(wc -l < data/train.csv)" -eq 9 ] || fail "train.csv should list 8 images plus a header"
 
