@@ -30,6 +30,8 @@ void Conv2dSpec::validate() const {
                in_w + 2 * pad_w >= std::int64_t{dilation_w} * (kernel_w - 1) + 1,
            "conv2d: input {}x{} with padding {}x{} is smaller than the dilated kernel {}x{} (dilation {}x{})", in_h,
            in_w, pad_h, pad_w, kernel_h, kernel_w, dilation_h, dilation_w);
+  BT_CHECK(compute_dtype == DType::f32 || compute_dtype == DType::bf16 || compute_dtype == DType::f16,
+           "conv2d: compute type {} is not one of float32, bfloat16, float16", dtype_name(compute_dtype));
 }
 
 namespace {
@@ -83,7 +85,14 @@ class CheckedConv2d final : public Conv2d {
 std::unique_ptr<Conv2d> make_backend(Backend backend, const Conv2dSpec& spec) {
   switch (backend) {
     case Backend::reference: return reference::make_conv2d(spec);
-    case Backend::cpu: return cpu::make_conv2d(spec);
+    case Backend::cpu:
+      // oneDNN's bf16 convolutions need AVX-512 (or AMX), which the machines this
+      // backend is developed and tested on lack, so code for them could never be run.
+      BT_CHECK(spec.compute_dtype == DType::f32,
+               "conv2d: compute type {} on the CPU is not implemented (train.precision bf16/fp16 on the "
+               "CPU): the CPU backend computes in float32; use device: cuda, or train.precision fp32",
+               dtype_name(spec.compute_dtype));
+      return cpu::make_conv2d(spec);
     case Backend::cuda:
 #if defined(BIGTRAIN_CUDA_CONV2D)
       return cuda::make_conv2d(spec);

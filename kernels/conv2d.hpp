@@ -17,6 +17,10 @@ struct Conv2dSpec {
   int dilation_h = 1, dilation_w = 1;
   int groups = 1;
   bool bias = false;
+  // Mixed precision (torch.autocast's per-op semantics): tensors stay float32, the
+  // op rounds x, weight and dy to this type and accumulates in float32. f32, bf16
+  // or f16; the reference backend defines the result (kernels/reference/round_to_dtype.hpp).
+  DType compute_dtype = DType::f32;
 
   std::int64_t out_h() const { return (in_h + 2 * pad_h - dilation_h * (kernel_h - 1) - 1) / stride_h + 1; }
   std::int64_t out_w() const { return (in_w + 2 * pad_w - dilation_w * (kernel_w - 1) - 1) / stride_w + 1; }

@@ -63,7 +63,13 @@ class CheckedLinear final : public Linear {
 std::unique_ptr<Linear> make_backend(Backend backend, const LinearSpec& spec) {
   switch (backend) {
     case Backend::reference: return reference::make_linear(spec);
-    case Backend::cpu: return cpu::make_linear(spec);
+    case Backend::cpu:
+      // As conv2d: oneDNN's bf16 needs AVX-512, absent where this backend is tested.
+      BT_CHECK(spec.compute_dtype == DType::f32,
+               "linear: compute type {} on the CPU is not implemented (train.precision bf16/fp16 on the "
+               "CPU): the CPU backend computes in float32; use device: cuda, or train.precision fp32",
+               dtype_name(spec.compute_dtype));
+      return cpu::make_linear(spec);
     case Backend::cuda:
 #if defined(BIGTRAIN_CUDA_LINEAR)
       return cuda::make_linear(spec);
@@ -82,6 +88,8 @@ std::unique_ptr<Linear> make_linear(Backend backend, const LinearSpec& spec) {
   BT_CHECK(spec.batch >= 1 && spec.in_features >= 1 && spec.out_features >= 1,
            "linear: batch {}, in_features {} and out_features {} must all be positive", spec.batch,
            spec.in_features, spec.out_features);
+  BT_CHECK(spec.compute_dtype == DType::f32 || spec.compute_dtype == DType::bf16 || spec.compute_dtype == DType::f16,
+           "linear: compute type {} is not one of float32, bfloat16, float16", dtype_name(spec.compute_dtype));
   return std::make_unique<CheckedLinear>(backend, spec, make_backend(backend, spec));
 }
 

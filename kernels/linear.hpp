@@ -10,6 +10,8 @@ namespace bigtrain::kernels {
 struct LinearSpec {
   std::int64_t batch = 1, in_features = 1, out_features = 1;
   bool bias = true;
+  // As Conv2dSpec::compute_dtype: operands rounded to f32, bf16 or f16, float32 accumulation.
+  DType compute_dtype = DType::f32;
   Shape input_shape() const { return {batch, in_features}; }
   Shape weight_shape() const { return {out_features, in_features}; }
   Shape output_shape() const { return {batch, out_features}; }

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "kernels/core/error.hpp"
+#include "kernels/cuda/cast.hpp"
 #include "kernels/cuda/context.hpp"
 #include "kernels/cuda/cudnn_descriptors.hpp"
 
@@ -47,40 +48,65 @@ struct Choice {
 
 // Picks from cuDNN's heuristic ranking (fastest first) the first algorithm that
 // runs in plain float32 (no tensor-op math: TF32 would round the inputs to 10-bit
-// mantissas), is a plain summation unless transforms are allowed (see
+// mantissas; mixed precision allows it, its operands being 16-bit already), is a plain summation unless transforms are allowed (see
 // Context::allow_transform_algorithms), fits the workspace limit, and, when one
 // such exists, is deterministic, so a training run on the GPU repeats bit for bit.
 // `workspace_of` asks cuDNN for the algorithm's exact size and refuses algorithms
 // the descriptor combination does not support.
 template <typename Perf, typename Algo, typename WorkspaceOf>
 Choice<Algo> choose(const std::vector<Perf>& ranked, std::size_t limit, bool allow_transforms,
-                    WorkspaceOf&& workspace_of, const Conv2dSpec& spec, const char* pass) {
+                    bool allow_tensor_ops, WorkspaceOf&& workspace_of, const Conv2dSpec& spec, const char* pass) {
   for (const bool need_deterministic : {true, false}) {
     for (const Perf& perf : ranked) {
       if (perf.status != CUDNN_STATUS_SUCCESS) continue;
       if (!allow_transforms && is_transform(perf.algo)) continue;
-      if (perf.mathType == CUDNN_TENSOR_OP_MATH || perf.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) continue;
+      if (!allow_tensor_ops &&
+          (perf.mathType == CUDNN_TENSOR_OP_MATH || perf.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
+        continue;
       if (need_deterministic && perf.determinism != CUDNN_DETERMINISTIC) continue;
       std::size_t bytes = 0;
       if (!workspace_of(perf.algo, bytes) || bytes > limit) continue;
       return {perf.algo, bytes};
     }
   }
-  throw Error(fmt::format("{}: cuDNN offers no float32 {} algorithm{} within the workspace limit of {} MiB", describe(spec),
-                          pass, allow_transforms ? "" : " without transforms", limit >> 20));
+  throw Error(fmt::format("{}: cuDNN offers no {} {} algorithm{} within the workspace limit of {} MiB", describe(spec),
+                          dtype_name(spec.compute_dtype), pass, allow_transforms ? "" : " without transforms",
+                          limit >> 20));
 }
 
 const float kOne = 1.0f, kZero = 0.0f;
+
+bool mixed(const Conv2dSpec& s) { return s.compute_dtype != DType::f32; }
+
+// The cuDNN type of x, w and y: float32, or the 16-bit compute type of mixed
+// precision (cuDNN's PSEUDO_HALF / PSEUDO_BFLOAT16 configurations: 16-bit tensors,
+// float32 arithmetic set by the convolution descriptor).
+cudnnDataType_t operand_type(const Conv2dSpec& s) {
+  switch (s.compute_dtype) {
+    case DType::bf16: return CUDNN_DATA_BFLOAT16;
+    case DType::f16: return CUDNN_DATA_HALF;
+    default: return CUDNN_DATA_FLOAT;
+  }
+}
+
+TensorDescriptor nchw(cudnnDataType_t type, std::int64_t n, std::int64_t c, std::int64_t h, std::int64_t w) {
+  TensorDescriptor desc;
+  BT_CUDNN_CHECK(cudnnSetTensor4dDescriptor(desc.get(), CUDNN_TENSOR_NCHW, type, checked_int(n, "conv2d", "batch"),
+                                            checked_int(c, "conv2d", "channels"), checked_int(h, "conv2d", "height"),
+                                            checked_int(w, "conv2d", "width")));
+  return desc;
+}
 
 class CudnnConv2d final : public Conv2d {
  public:
   explicit CudnnConv2d(const Conv2dSpec& spec)
       : spec_(spec),
         context_(Context::of_backend("conv2d")),
-        x_desc_(nchw_f32(spec.batch, spec.in_channels, spec.in_h, spec.in_w, "conv2d")),
-        y_desc_(nchw_f32(spec.batch, spec.out_channels, spec.out_h(), spec.out_w(), "conv2d")),
+        x_desc_(nchw(operand_type(spec), spec.batch, spec.in_channels, spec.in_h, spec.in_w)),
+        y_desc_(nchw(operand_type(spec), spec.batch, spec.out_channels, spec.out_h(), spec.out_w())),
+        y_f32_desc_(nchw_f32(spec.batch, spec.out_channels, spec.out_h(), spec.out_w(), "conv2d")),
         bias_desc_(nchw_f32(1, spec.out_channels, 1, 1, "conv2d")) {
-    BT_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w_desc_.get(), CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW,
+    BT_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w_desc_.get(), operand_type(spec), CUDNN_TENSOR_NCHW,
                                               checked_int(spec.out_channels, "conv2d", "out_channels"),
                                               checked_int(spec.in_channels / spec.groups, "conv2d", "in_channels"),
                                               spec.kernel_h, spec.kernel_w));
@@ -88,43 +114,58 @@ class CudnnConv2d final : public Conv2d {
                                                    spec.stride_w, spec.dilation_h, spec.dilation_w,
                                                    CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
     BT_CUDNN_CHECK(cudnnSetConvolutionGroupCount(conv_desc_.get(), spec.groups));
-    // Plain FMA math: cuDNN's default would let float32 convolutions run as TF32.
-    BT_CUDNN_CHECK(cudnnSetConvolutionMathType(conv_desc_.get(), CUDNN_FMA_MATH));
+    // Plain FMA math in float32: cuDNN's default would let float32 convolutions run
+    // as TF32. Mixed precision takes the tensor cores, which is its point; the
+    // arithmetic type stays float32 (CUDNN_DATA_FLOAT above) in every case.
+    BT_CUDNN_CHECK(cudnnSetConvolutionMathType(conv_desc_.get(), mixed(spec) ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
     check_output_shape();
     choose_algorithms();
   }
 
+  // Mixed precision: the float32 operands are rounded into 16-bit buffers of the
+  // caching allocator (freed at the end of the call; the compute stream orders
+  // their reuse), cuDNN writes a 16-bit result, widened into the float32 output.
   void forward(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y) override {
     context_.activate();
+    const Tensor x_in = operand(x), w_in = operand(weight);
+    Tensor y_out = mixed(spec_) ? Tensor::empty(y.shape(), spec_.compute_dtype, y.device()) : y;
     void* workspace = context_.workspace(forward_.workspace);
-    BT_CUDNN_CHECK(cudnnConvolutionForward(context_.cudnn(), &kOne, x_desc_.get(), x.raw_data(), w_desc_.get(),
-                                           weight.raw_data(), conv_desc_.get(), forward_.algo, workspace,
-                                           forward_.workspace, &kZero, y_desc_.get(), y.raw_data()));
+    BT_CUDNN_CHECK(cudnnConvolutionForward(context_.cudnn(), &kOne, x_desc_.get(), x_in.raw_data(), w_desc_.get(),
+                                           w_in.raw_data(), conv_desc_.get(), forward_.algo, workspace,
+                                           forward_.workspace, &kZero, y_desc_.get(), y_out.raw_data()));
+    if (mixed(spec_)) from_16bit(y_out, y, context_);
     if (bias != nullptr) {
-      // y += bias broadcast over N, H, W.
+      // y += bias broadcast over N, H, W, in float32 (the reference adds it unrounded).
       BT_CUDNN_CHECK(cudnnAddTensor(context_.cudnn(), &kOne, bias_desc_.get(), bias->raw_data(), &kOne,
-                                    y_desc_.get(), y.raw_data()));
+                                    y_f32_desc_.get(), y.raw_data()));
     }
   }
 
   void backward_data(const Tensor& dy, const Tensor& weight, Tensor& dx) override {
     context_.activate();
+    const Tensor w_in = operand(weight), dy_in = operand(dy);
+    Tensor dx_out = mixed(spec_) ? Tensor::empty(dx.shape(), spec_.compute_dtype, dx.device()) : dx;
     void* workspace = context_.workspace(backward_data_.workspace);
-    BT_CUDNN_CHECK(cudnnConvolutionBackwardData(context_.cudnn(), &kOne, w_desc_.get(), weight.raw_data(),
-                                                y_desc_.get(), dy.raw_data(), conv_desc_.get(), backward_data_.algo,
+    BT_CUDNN_CHECK(cudnnConvolutionBackwardData(context_.cudnn(), &kOne, w_desc_.get(), w_in.raw_data(),
+                                                y_desc_.get(), dy_in.raw_data(), conv_desc_.get(), backward_data_.algo,
                                                 workspace, backward_data_.workspace, &kZero, x_desc_.get(),
-                                                dx.raw_data()));
+                                                dx_out.raw_data()));
+    if (mixed(spec_)) from_16bit(dx_out, dx, context_);
   }
 
   void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dweight, Tensor* dbias) override {
     context_.activate();
+    const Tensor x_in = operand(x), dy_in = operand(dy);
+    Tensor dw_out = mixed(spec_) ? Tensor::empty(dweight.shape(), spec_.compute_dtype, dweight.device()) : dweight;
     void* workspace = context_.workspace(backward_filter_.workspace);
-    BT_CUDNN_CHECK(cudnnConvolutionBackwardFilter(context_.cudnn(), &kOne, x_desc_.get(), x.raw_data(),
-                                                  y_desc_.get(), dy.raw_data(), conv_desc_.get(),
+    BT_CUDNN_CHECK(cudnnConvolutionBackwardFilter(context_.cudnn(), &kOne, x_desc_.get(), x_in.raw_data(),
+                                                  y_desc_.get(), dy_in.raw_data(), conv_desc_.get(),
                                                   backward_filter_.algo, workspace, backward_filter_.workspace,
-                                                  &kZero, w_desc_.get(), dweight.raw_data()));
+                                                  &kZero, w_desc_.get(), dw_out.raw_data()));
+    if (mixed(spec_)) from_16bit(dw_out, dweight, context_);
     if (dbias != nullptr) {
-      BT_CUDNN_CHECK(cudnnConvolutionBackwardBias(context_.cudnn(), &kOne, y_desc_.get(), dy.raw_data(), &kZero,
+      // From the float32 gradient, as the reference sums it.
+      BT_CUDNN_CHECK(cudnnConvolutionBackwardBias(context_.cudnn(), &kOne, y_f32_desc_.get(), dy.raw_data(), &kZero,
                                                   bias_desc_.get(), dbias->raw_data()));
     }
   }
@@ -145,6 +186,7 @@ class CudnnConv2d final : public Conv2d {
     cudnnHandle_t handle = context_.cudnn();
     const std::size_t limit = context_.workspace_limit();
     const bool transforms = context_.allow_transform_algorithms();
+    const bool tensor_ops = mixed(spec_);
     {
       int max_count = 0, count = 0;
       BT_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(handle, &max_count));
@@ -153,7 +195,7 @@ class CudnnConv2d final : public Conv2d {
                                                             y_desc_.get(), max_count, &count, ranked.data()));
       ranked.resize(static_cast<std::size_t>(count));
       forward_ = choose<cudnnConvolutionFwdAlgoPerf_t, cudnnConvolutionFwdAlgo_t>(
-          ranked, limit, transforms,
+          ranked, limit, transforms, tensor_ops,
           [&](cudnnConvolutionFwdAlgo_t algo, std::size_t& bytes) {
             return cudnnGetConvolutionForwardWorkspaceSize(handle, x_desc_.get(), w_desc_.get(), conv_desc_.get(),
                                                            y_desc_.get(), algo, &bytes) == CUDNN_STATUS_SUCCESS;
@@ -169,7 +211,7 @@ class CudnnConv2d final : public Conv2d {
                                                                  ranked.data()));
       ranked.resize(static_cast<std::size_t>(count));
       backward_data_ = choose<cudnnConvolutionBwdDataAlgoPerf_t, cudnnConvolutionBwdDataAlgo_t>(
-          ranked, limit, transforms,
+          ranked, limit, transforms, tensor_ops,
           [&](cudnnConvolutionBwdDataAlgo_t algo, std::size_t& bytes) {
             return cudnnGetConvolutionBackwardDataWorkspaceSize(handle, w_desc_.get(), y_desc_.get(),
                                                                 conv_desc_.get(), x_desc_.get(), algo,
@@ -186,7 +228,7 @@ class CudnnConv2d final : public Conv2d {
                                                                    &count, ranked.data()));
       ranked.resize(static_cast<std::size_t>(count));
       backward_filter_ = choose<cudnnConvolutionBwdFilterAlgoPerf_t, cudnnConvolutionBwdFilterAlgo_t>(
-          ranked, limit, transforms,
+          ranked, limit, transforms, tensor_ops,
           [&](cudnnConvolutionBwdFilterAlgo_t algo, std::size_t& bytes) {
             return cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, x_desc_.get(), y_desc_.get(),
                                                                   conv_desc_.get(), w_desc_.get(), algo,
@@ -196,9 +238,14 @@ class CudnnConv2d final : public Conv2d {
     }
   }
 
+  // The tensor as the convolution reads it: itself in float32, else a 16-bit copy.
+  Tensor operand(const Tensor& t) { return mixed(spec_) ? to_16bit(t, spec_.compute_dtype, context_) : t; }
+
   Conv2dSpec spec_;
   Context& context_;
-  TensorDescriptor x_desc_, y_desc_, bias_desc_;
+  // x_desc_, y_desc_ and w_desc_ describe the operands (16-bit in mixed precision);
+  // y_f32_desc_ the float32 output and gradient the bias works on.
+  TensorDescriptor x_desc_, y_desc_, y_f32_desc_, bias_desc_;
   FilterDescriptor w_desc_;
   ConvolutionDescriptor conv_desc_;
   Choice<cudnnConvolutionFwdAlgo_t> forward_;

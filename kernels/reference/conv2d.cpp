@@ -3,6 +3,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/reference/round_to_dtype.hpp"
+
 namespace bigtrain::kernels::reference {
 
 namespace {
@@ -112,21 +114,50 @@ template void conv2d_backward_weights<double>(const Conv2dSpec&, const double*, 
 
 namespace {
 
+// The float32 values of t rounded to `dtype` (the operands a mixed-precision
+// GPU op reads); for f32 the tensor's own memory, without a copy.
+class Operand {
+ public:
+  Operand(const Tensor& t, DType dtype) : data_(t.f32()) {
+    if (dtype == DType::f32) return;
+    const auto n = static_cast<std::size_t>(t.numel());
+    rounded_.resize(n);
+    round_to_dtype(std::span<const float>(data_, n), rounded_, dtype);
+    data_ = rounded_.data();
+  }
+  const float* get() const { return data_; }
+
+ private:
+  const float* data_;
+  std::vector<float> rounded_;
+};
+
 class ReferenceConv2d final : public Conv2d {
  public:
   explicit ReferenceConv2d(const Conv2dSpec& spec) : spec_(spec) {}
 
+  // The bias is added in float32 unrounded (cuDNN adds it to the float32 output).
   void forward(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y) override {
-    conv2d_forward(spec_, x.f32(), weight.f32(), bias ? bias->f32() : nullptr, y.f32());
+    conv2d_forward(spec_, in(x).get(), in(weight).get(), bias ? bias->f32() : nullptr, y.f32());
   }
   void backward_data(const Tensor& dy, const Tensor& weight, Tensor& dx) override {
-    conv2d_backward_data(spec_, dy.f32(), weight.f32(), dx.f32());
+    conv2d_backward_data(spec_, in(dy).get(), in(weight).get(), dx.f32());
   }
+  // dbias sums dy in float32 (as cuDNN's backward-bias on the float32 gradient);
+  // dweight sums products of the rounded x and dy.
   void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dweight, Tensor* dbias) override {
-    conv2d_backward_weights(spec_, x.f32(), dy.f32(), dweight.f32(), dbias ? dbias->f32() : nullptr);
+    conv2d_backward_weights<float>(spec_, in(x).get(), in(dy).get(), dweight.f32(), nullptr);
+    if (dbias != nullptr) {
+      const std::int64_t plane = spec_.out_h() * spec_.out_w();
+      std::vector<double> sums(static_cast<std::size_t>(spec_.out_channels), 0.0);
+      const float* g = dy.f32();
+      for (std::int64_t i = 0; i < dy.numel(); ++i) sums[static_cast<std::size_t>((i / plane) % spec_.out_channels)] += g[i];
+      store(sums, dbias->f32());
+    }
   }
 
  private:
+  Operand in(const Tensor& t) const { return Operand(t, spec_.compute_dtype); }
   Conv2dSpec spec_;
 };
 

@@ -1,6 +1,10 @@
 #include "kernels/reference/linear.hpp"
 
 #include <cstdint>
+#include <span>
+#include <vector>
+
+#include "kernels/reference/round_to_dtype.hpp"
 
 namespace bigtrain::kernels::reference {
 
@@ -52,20 +56,49 @@ template void linear_backward_weights<double>(const LinearSpec&, const double*, 
 
 namespace {
 
+// The float32 values of t rounded to `dtype` (what a mixed-precision GPU op
+// reads); for f32 the tensor's own memory.
+class Operand {
+ public:
+  Operand(const Tensor& t, DType dtype) : data_(t.f32()) {
+    if (dtype == DType::f32) return;
+    const auto n = static_cast<std::size_t>(t.numel());
+    rounded_.resize(n);
+    round_to_dtype(std::span<const float>(data_, n), rounded_, dtype);
+    data_ = rounded_.data();
+  }
+  const float* get() const { return data_; }
+
+ private:
+  const float* data_;
+  std::vector<float> rounded_;
+};
+
 class ReferenceLinear final : public Linear {
  public:
   explicit ReferenceLinear(const LinearSpec& spec) : spec_(spec) {}
+  // Bias added, and dbias summed, in float32 from the unrounded values (the CUDA
+  // backend's bias kernels work on the float32 tensors).
   void forward(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y) override {
-    linear_forward(spec_, x.f32(), weight.f32(), bias ? bias->f32() : nullptr, y.f32());
+    linear_forward(spec_, in(x).get(), in(weight).get(), bias ? bias->f32() : nullptr, y.f32());
   }
   void backward_data(const Tensor& dy, const Tensor& weight, Tensor& dx) override {
-    linear_backward_data(spec_, dy.f32(), weight.f32(), dx.f32());
+    linear_backward_data(spec_, in(dy).get(), in(weight).get(), dx.f32());
   }
   void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dweight, Tensor* dbias) override {
-    linear_backward_weights(spec_, x.f32(), dy.f32(), dweight.f32(), dbias ? dbias->f32() : nullptr);
+    linear_backward_weights<float>(spec_, in(x).get(), in(dy).get(), dweight.f32(), nullptr);
+    if (dbias != nullptr) {
+      const float* g = dy.f32();
+      for (std::int64_t o = 0; o < spec_.out_features; ++o) {
+        double sum = 0.0;
+        for (std::int64_t n = 0; n < spec_.batch; ++n) sum += g[n * spec_.out_features + o];
+        dbias->f32()[o] = static_cast<float>(sum);
+      }
+    }
   }
 
  private:
+  Operand in(const Tensor& t) const { return Operand(t, spec_.compute_dtype); }
   LinearSpec spec_;
 };
 

@@ -1,0 +1,382 @@
+// Mixed precision (train.precision bf16/fp16): the rounding that defines it, the
+// reference backend that applies it to conv2d and linear (the oracle), and every
+// backend against that oracle (CUDA on a GPU; the CPU backend refuses clearly).
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "kernels/conv2d.hpp"
+#include "kernels/core/error.hpp"
+#include "kernels/linear.hpp"
+#include "kernels/reference/conv2d.hpp"
+#include "kernels/reference/linear.hpp"
+#include "kernels/reference/round_to_dtype.hpp"
+#include "tests/support/op_check.hpp"
+
+namespace bigtrain::kernels {
+namespace {
+
+using namespace bigtrain::testing;
+
+float from_bits(std::uint32_t bits) { return std::bit_cast<float>(bits); }
+
+// ---- rounding ----------------------------------------------------------------
+
+TEST(RoundToDtype, Float16KnownEncodings) {
+  // Encodings from the IEEE 754 binary16 layout: sign | 5-bit exponent (bias 15) | 10-bit fraction.
+  EXPECT_EQ(float_to_f16_bits(0.0f), 0x0000);
+  EXPECT_EQ(float_to_f16_bits(-0.0f), 0x8000);
+  EXPECT_EQ(float_to_f16_bits(1.0f), 0x3C00);
+  EXPECT_EQ(float_to_f16_bits(-2.0f), 0xC000);
+  EXPECT_EQ(float_to_f16_bits(65504.0f), 0x7BFF);            // the largest finite
+  EXPECT_EQ(float_to_f16_bits(65519.0f), 0x7BFF);            // below the midpoint to 2^16
+  EXPECT_EQ(float_to_f16_bits(65520.0f), 0x7C00);            // the midpoint: ties to even = inf
+  EXPECT_EQ(float_to_f16_bits(1e6f), 0x7C00);                // overflow -> +inf, as the hardware
+  EXPECT_EQ(float_to_f16_bits(-1e6f), 0xFC00);
+  EXPECT_EQ(float_to_f16_bits(INFINITY), 0x7C00);
+  EXPECT_EQ(float_to_f16_bits(std::ldexp(1.0f, -14)), 0x0400);  // smallest normal
+  EXPECT_EQ(float_to_f16_bits(std::ldexp(1.0f, -24)), 0x0001);  // smallest subnormal
+  EXPECT_EQ(float_to_f16_bits(std::ldexp(1.0f, -25)), 0x0000);  // half of it: tie to even 0
+  EXPECT_EQ(float_to_f16_bits(std::ldexp(3.0f, -26)), 0x0001);  // 0.75 units: up
+  EXPECT_EQ(float_to_f16_bits(std::ldexp(3.0f, -25)), 0x0002);  // 1.5 units: tie to even 2
+  EXPECT_EQ(float_to_f16_bits(std::ldexp(5.0f, -25)), 0x0002);  // 2.5 units: tie to even 2
+  EXPECT_EQ(float_to_f16_bits(std::ldexp(1023.5f, -24)), 0x0400);  // the largest subnormal's tie: up to the normal
+  EXPECT_EQ(float_to_f16_bits(1.0f + std::ldexp(1.0f, -11)), 0x3C00);  // tie between 1 and 1+2^-10: even
+  EXPECT_EQ(float_to_f16_bits(1.0f + std::ldexp(3.0f, -11)), 0x3C02);  // tie between 1+2^-10 and 1+2^-9: even
+  EXPECT_EQ(float_to_f16_bits(1.0f + std::ldexp(1.0f, -11) + std::ldexp(1.0f, -20)), 0x3C01);  // past the tie
+  EXPECT_TRUE(std::isnan(f16_bits_to_float(float_to_f16_bits(NAN))));
+  EXPECT_EQ(f16_bits_to_float(0x7BFF), 65504.0f);
+  EXPECT_EQ(f16_bits_to_float(0x0001), std::ldexp(1.0f, -24));
+  EXPECT_EQ(f16_bits_to_float(0xC000), -2.0f);
+}
+
+TEST(RoundToDtype, BFloat16KnownEncodings) {
+  // bfloat16 is the upper half of a float32: the lower 16 bits round away.
+  EXPECT_EQ(float_to_bf16_bits(1.0f), 0x3F80);
+  EXPECT_EQ(float_to_bf16_bits(-2.0f), 0xC000);
+  EXPECT_EQ(float_to_bf16_bits(from_bits(0x3F808000u)), 0x3F80);  // tie, kept part even: down
+  EXPECT_EQ(float_to_bf16_bits(from_bits(0x3F818000u)), 0x3F82);  // tie, kept part odd: up
+  EXPECT_EQ(float_to_bf16_bits(from_bits(0x3F808001u)), 0x3F81);  // past the tie: up
+  EXPECT_EQ(float_to_bf16_bits(from_bits(0x3F807FFFu)), 0x3F80);  // below the tie: down
+  EXPECT_EQ(float_to_bf16_bits(from_bits(0x00018000u)), 0x0002);  // float32 subnormal, tie to even up
+  EXPECT_EQ(float_to_bf16_bits(std::numeric_limits<float>::max()), 0x7F80);  // rounds past the largest: inf
+  EXPECT_EQ(float_to_bf16_bits(from_bits(0x7F7F7FFFu)), 0x7F7F);  // just below that tie: the largest finite
+  EXPECT_EQ(float_to_bf16_bits(-INFINITY), 0xFF80);
+  const std::uint16_t nan = float_to_bf16_bits(from_bits(0x7F800001u));  // a signalling NaN whose payload is below bit 16
+  EXPECT_TRUE(std::isnan(bf16_bits_to_float(nan))) << std::hex << nan;
+  EXPECT_EQ(bf16_bits_to_float(0x3F80), 1.0f);
+}
+
+// Every finite float16 value, and the midpoints between neighbours, against the
+// definition: a representable value rounds to itself; a midpoint to the neighbour
+// with the even fraction; just off the midpoint to the nearer one. The values are
+// built with ldexp from the bit fields, independently of f16_bits_to_float.
+TEST(RoundToDtype, Float16EveryValueAndMidpoint) {
+  auto value_of = [](int h) {  // positive finite encodings only
+    const int exponent = h >> 10, fraction = h & 0x3FF;
+    return exponent == 0 ? std::ldexp(static_cast<double>(fraction), -24)
+                         : std::ldexp(static_cast<double>(1024 + fraction), exponent - 25);
+  };
+  int failures = 0;
+  for (int h = 0; h < 0x7BFF && failures < 5; ++h) {
+    const double lo = value_of(h), hi = value_of(h + 1), mid = 0.5 * (lo + hi);
+    const int even = (h % 2 == 0) ? h : h + 1;
+    auto check = [&](double v, int expected) {
+      const float f = static_cast<float>(v);
+      ASSERT_EQ(static_cast<double>(f), v) << "test value not exact in float32";
+      if (float_to_f16_bits(f) != expected || float_to_f16_bits(-f) != (expected | 0x8000)) {
+        ++failures;
+        ADD_FAILURE() << "value " << v << " (between encodings " << h << " and " << h + 1 << ") gave "
+                      << float_to_f16_bits(f) << ", expected " << expected;
+      }
+    };
+    check(lo, h);
+    check(mid, even);
+    check(mid - (hi - lo) / 1024.0, h);
+    check(mid + (hi - lo) / 1024.0, h + 1);
+    EXPECT_EQ(static_cast<double>(f16_bits_to_float(static_cast<std::uint16_t>(h))), lo);
+  }
+}
+
+// The same for bfloat16 over a spread of the float32 range: the encoding is the
+// upper half of the float's bits, so any float with lower half l rounds to the
+// upper half u (l < 0x8000), u + 1 (l > 0x8000), or the even of the two (l == 0x8000).
+TEST(RoundToDtype, BFloat16LowerHalfDecidesAsDefined) {
+  for (std::uint32_t upper = 0; upper < 0x7F80; upper += 37) {
+    for (std::uint32_t lower : {0x0000u, 0x0001u, 0x7FFFu, 0x8000u, 0x8001u, 0xFFFFu}) {
+      const std::uint32_t expected = lower < 0x8000u ? upper : lower > 0x8000u ? upper + 1 : upper + (upper & 1u);
+      ASSERT_EQ(float_to_bf16_bits(from_bits((upper << 16) | lower)), expected) << std::hex << upper << " " << lower;
+      ASSERT_EQ(float_to_bf16_bits(from_bits(0x80000000u | (upper << 16) | lower)), expected | 0x8000u);
+    }
+  }
+}
+
+#if defined(__FLT16_MAX__)
+// GCC's _Float16 conversion (libgcc's soft-float, IEEE round to nearest even) as an
+// independent implementation, over random floats of every magnitude.
+TEST(RoundToDtype, Float16AgreesWithTheCompilersConversion) {
+  Random random(7);
+  for (int i = 0; i < 200000; ++i) {
+    // Exponents from float32 subnormals to overflow; random fraction and sign.
+    const auto bits = static_cast<std::uint32_t>(random.next_u64());
+    const std::uint32_t exponent = 90 + (bits >> 8) % 60;  // 2^-37 .. 2^22
+    const float f = from_bits((bits & 0x807FFFFFu) | (exponent << 23));
+    const _Float16 h = static_cast<_Float16>(f);
+    std::uint16_t expected;
+    std::memcpy(&expected, &h, 2);
+    ASSERT_EQ(float_to_f16_bits(f), expected) << f;
+  }
+}
+#endif
+
+TEST(RoundToDtype, OnlyComputeTypesAreAccepted) {
+  EXPECT_EQ(round_to_dtype(0.1f, DType::f32), 0.1f);
+  EXPECT_THROW(round_to_dtype(0.1f, DType::i32), Error);
+}
+
+// ---- the reference with a compute type ---------------------------------------------
+
+double unit_roundoff(DType dtype) { return dtype == DType::bf16 ? 0x1p-8 : 0x1p-11; }
+
+std::vector<double> rounded_doubles(const Tensor& t, DType dtype) {
+  std::vector<double> out;
+  for (float v : t.to_vector()) out.push_back(round_to_dtype(v, dtype));
+  return out;
+}
+std::vector<double> absolute(std::vector<double> v) {
+  for (double& x : v) x = std::abs(x);
+  return v;
+}
+
+Conv2dSpec mixed_conv(DType dtype) {
+  Conv2dSpec s;
+  s.batch = 2, s.in_channels = 5, s.out_channels = 6, s.in_h = 9, s.in_w = 8;
+  s.kernel_h = s.kernel_w = 3, s.stride_h = 2, s.stride_w = 1, s.pad_h = s.pad_w = 1, s.bias = true;
+  s.compute_dtype = dtype;
+  return s;
+}
+LinearSpec mixed_linear(DType dtype) {
+  LinearSpec s;
+  s.batch = 3, s.in_features = 70, s.out_features = 9, s.bias = true;
+  s.compute_dtype = dtype;
+  return s;
+}
+
+class MixedReference : public ::testing::TestWithParam<DType> {};
+
+// Exactly the double-precision oracle on inputs rounded first (up to the final
+// float32 store, 2^-24 relative), and within the rounding's own bound of the plain
+// float32 result: each product x*w of rounded operands is within (2u + u^2)|x w| of
+// the exact one, so |y16 - y32| <= (2u + u^2) * sum |x||w| per element (plus the
+// float32 stores of both), where u is the type's unit roundoff.
+TEST_P(MixedReference, Conv2dIsTheDoubleOracleOnRoundedOperands) {
+  const DType dtype = GetParam();
+  const Conv2dSpec s = mixed_conv(dtype);
+  Conv2dSpec plain = s;
+  plain.compute_dtype = DType::f32;
+  const Tensor x = random_tensor(s.input_shape(), 11), w = random_tensor(s.weight_shape(), 12),
+               b = random_tensor({s.out_channels}, 13), dy = random_tensor(s.output_shape(), 14);
+  auto mixed = make_conv2d(Backend::reference, s), full = make_conv2d(Backend::reference, plain);
+  Tensor y = Tensor::zeros(s.output_shape()), y32 = Tensor::zeros(s.output_shape());
+  mixed->forward(x, w, &b, y);
+  full->forward(x, w, &b, y32);
+
+  const std::vector<double> xr = rounded_doubles(x, dtype), wr = rounded_doubles(w, dtype),
+                            dyr = rounded_doubles(dy, dtype), bd = to_doubles(b);
+  std::vector<double> expected(static_cast<std::size_t>(y.numel())), bound(expected.size());
+  reference::conv2d_forward<double>(s, xr.data(), wr.data(), bd.data(), expected.data());
+  expect_close(to_doubles(y), expected, s.output_shape(), {1e-6, 0.0}, "y vs oracle on rounded operands");
+  const std::vector<double> xa = absolute(to_doubles(x)), wa = absolute(to_doubles(w));
+  reference::conv2d_forward<double>(s, xa.data(), wa.data(), nullptr, bound.data());
+  const double u = unit_roundoff(dtype);
+  const std::vector<double> yd = to_doubles(y), y32d = to_doubles(y32);
+  int differing = 0;
+  for (std::size_t i = 0; i < yd.size(); ++i) {
+    EXPECT_LE(std::abs(yd[i] - y32d[i]), (2 * u + u * u) * bound[i] + 4e-7 * (std::abs(y32d[i]) + 1)) << i;
+    differing += yd[i] != y32d[i];
+  }
+  EXPECT_GT(differing, 0) << "rounding to " << dtype_name(dtype) << " changed nothing: it was not applied";
+
+  Tensor dx = Tensor::zeros(s.input_shape()), dw = Tensor::zeros(s.weight_shape()), db = Tensor::zeros({6});
+  mixed->backward_data(dy, w, dx);
+  mixed->backward_weights(x, dy, dw, &db);
+  std::vector<double> dx_expected(xr.size()), dw_expected(wr.size()), db_expected(6);
+  reference::conv2d_backward_data<double>(s, dyr.data(), wr.data(), dx_expected.data());
+  // dbias sums the float32 gradient, unrounded (as cuDNN's backward-bias does).
+  reference::conv2d_backward_weights<double>(s, xr.data(), dyr.data(), dw_expected.data(), nullptr);
+  const std::vector<double> dyd = to_doubles(dy);
+  std::vector<double> unused(wr.size());
+  reference::conv2d_backward_weights<double>(s, xr.data(), dyd.data(), unused.data(), db_expected.data());
+  expect_close(to_doubles(dx), dx_expected, s.input_shape(), {1e-6, 0.0}, "dx");
+  expect_close(to_doubles(dw), dw_expected, s.weight_shape(), {1e-6, 0.0}, "dweight");
+  expect_close(to_doubles(db), db_expected, {6}, {1e-6, 0.0}, "dbias");
+}
+
+TEST_P(MixedReference, LinearIsTheDoubleOracleOnRoundedOperands) {
+  const DType dtype = GetParam();
+  const LinearSpec s = mixed_linear(dtype);
+  LinearSpec plain = s;
+  plain.compute_dtype = DType::f32;
+  const Tensor x = random_tensor(s.input_shape(), 21), w = random_tensor(s.weight_shape(), 22),
+               b = random_tensor({s.out_features}, 23), dy = random_tensor(s.output_shape(), 24);
+  auto mixed = make_linear(Backend::reference, s), full = make_linear(Backend::reference, plain);
+  Tensor y = Tensor::zeros(s.output_shape()), y32 = Tensor::zeros(s.output_shape());
+  mixed->forward(x, w, &b, y);
+  full->forward(x, w, &b, y32);
+  const std::vector<double> xr = rounded_doubles(x, dtype), wr = rounded_doubles(w, dtype),
+                            dyr = rounded_doubles(dy, dtype), bd = to_doubles(b);
+  std::vector<double> expected(static_cast<std::size_t>(y.numel())), bound(expected.size());
+  reference::linear_forward<double>(s, xr.data(), wr.data(), bd.data(), expected.data());
+  expect_close(to_doubles(y), expected, s.output_shape(), {1e-6, 0.0}, "y vs oracle on rounded operands");
+  const std::vector<double> xa = absolute(to_doubles(x)), wa = absolute(to_doubles(w));
+  reference::linear_forward<double>(s, xa.data(), wa.data(), nullptr, bound.data());
+  const double u = unit_roundoff(dtype);
+  const std::vector<double> yd = to_doubles(y), y32d = to_doubles(y32);
+  int differing = 0;
+  for (std::size_t i = 0; i < yd.size(); ++i) {
+    EXPECT_LE(std::abs(yd[i] - y32d[i]), (2 * u + u * u) * bound[i] + 4e-7 * (std::abs(y32d[i]) + 1)) << i;
+    differing += yd[i] != y32d[i];
+  }
+  EXPECT_GT(differing, 0) << "rounding to " << dtype_name(dtype) << " changed nothing: it was not applied";
+
+  Tensor dx = Tensor::zeros(s.input_shape()), dw = Tensor::zeros(s.weight_shape()), db = Tensor::zeros({9});
+  mixed->backward_data(dy, w, dx);
+  mixed->backward_weights(x, dy, dw, &db);
+  std::vector<double> dx_expected(xr.size()), dw_expected(wr.size()), db_expected(9), unused(wr.size());
+  reference::linear_backward_data<double>(s, dyr.data(), wr.data(), dx_expected.data());
+  reference::linear_backward_weights<double>(s, xr.data(), dyr.data(), dw_expected.data(), nullptr);
+  const std::vector<double> dyd = to_doubles(dy);
+  reference::linear_backward_weights<double>(s, xr.data(), dyd.data(), unused.data(), db_expected.data());
+  expect_close(to_doubles(dx), dx_expected, s.input_shape(), {1e-6, 0.0}, "dx");
+  expect_close(to_doubles(dw), dw_expected, s.weight_shape(), {1e-6, 0.0}, "dweight");
+  expect_close(to_doubles(db), db_expected, {9}, {1e-6, 0.0}, "dbias");
+}
+
+std::string dtype_param_name(const ::testing::TestParamInfo<DType>& info) { return dtype_name(info.param); }
+INSTANTIATE_TEST_SUITE_P(ComputeTypes, MixedReference, ::testing::Values(DType::bf16, DType::f16), dtype_param_name);
+
+TEST(MixedPrecisionSpec, OnlyFloatComputeTypesAreValid) {
+  Conv2dSpec conv = mixed_conv(DType::i32);
+  EXPECT_THROW(make_conv2d(Backend::reference, conv), Error);
+  LinearSpec linear = mixed_linear(DType::u8);
+  EXPECT_THROW(make_linear(Backend::reference, linear), Error);
+}
+
+TEST(MixedPrecisionSpec, TheCpuBackendRefusesNamingTheSetting) {
+  for (DType dtype : {DType::bf16, DType::f16}) {
+    try {
+      make_conv2d(Backend::cpu, mixed_conv(dtype));
+      ADD_FAILURE() << "conv2d: compute type " << dtype_name(dtype) << " on the CPU backend was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("train.precision"), std::string::npos) << e.what();
+    }
+    try {
+      make_linear(Backend::cpu, mixed_linear(dtype));
+      ADD_FAILURE() << "linear: compute type " << dtype_name(dtype) << " on the CPU backend was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("device: cuda"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// ---- every backend that computes in 16 bits against the oracle ---------------------
+
+// Backends with mixed precision: the reference (trivially, it is the oracle) and
+// CUDA (skips without a GPU). The CPU refuses (test above).
+class MixedBackend : public ::testing::TestWithParam<std::tuple<Backend, DType>> {};
+
+double max_abs(const std::vector<double>& v) {
+  double m = 0.0;
+  for (double x : v) m = std::max(m, std::abs(x));
+  return m;
+}
+
+TEST_P(MixedBackend, Conv2dMatchesTheOracleOnRoundedOperands) {
+  const auto [backend, dtype] = GetParam();
+  BT_SKIP_UNLESS_AVAILABLE(backend);
+  const Conv2dSpec s = mixed_conv(dtype);
+  auto op = make_conv2d(backend, s);
+  // Magnitudes up to 4: products up to 16, still far from fp16's 65504.
+  const Tensor x = random_tensor(s.input_shape(), 31, -4.0f, 4.0f), w = random_tensor(s.weight_shape(), 32),
+               b = random_tensor({s.out_channels}, 33), dy = random_tensor(s.output_shape(), 34);
+  const std::vector<double> xr = rounded_doubles(x, dtype), wr = rounded_doubles(w, dtype),
+                            dyr = rounded_doubles(dy, dtype), bd = to_doubles(b), dyd = to_doubles(dy);
+  std::vector<double> y_expected(static_cast<std::size_t>(shape_numel(s.output_shape()))), dx_expected(xr.size()),
+      dw_expected(wr.size()), db_expected(6), unused(wr.size());
+  reference::conv2d_forward<double>(s, xr.data(), wr.data(), bd.data(), y_expected.data());
+  reference::conv2d_backward_data<double>(s, dyr.data(), wr.data(), dx_expected.data());
+  reference::conv2d_backward_weights<double>(s, xr.data(), dyr.data(), dw_expected.data(), nullptr);
+  reference::conv2d_backward_weights<double>(s, xr.data(), dyd.data(), unused.data(), db_expected.data());
+
+  Tensor y = on_backend(Tensor::zeros(s.output_shape()), backend), dx = on_backend(Tensor::zeros(s.input_shape()), backend),
+         dw = on_backend(Tensor::zeros(s.weight_shape()), backend), db = on_backend(Tensor::zeros({6}), backend);
+  const Tensor xb = on_backend(x, backend), wb = on_backend(w, backend), bb = on_backend(b, backend),
+               dyb = on_backend(dy, backend);
+  op->forward(xb, wb, &bb, y);
+  op->backward_data(dyb, wb, dx);
+  op->backward_weights(xb, dyb, dw, &db);
+
+  // cuDNN's PSEUDO_HALF/BFLOAT16 configurations write y, dx and dw in the 16-bit
+  // type: one rounding, at most u relative to the value before the bias (|bias| <= 1,
+  // so at most u|y| + u), plus float32 accumulation in any order over K terms (K eps,
+  // the worst case, tensor cores summing in blocks). 2x headroom on the rounding.
+  const double u = unit_roundoff(dtype), eps = 0x1p-24;
+  const std::int64_t fwd_terms = s.in_channels * s.kernel_h * s.kernel_w;
+  const std::int64_t data_terms = s.out_channels * s.kernel_h * s.kernel_w;
+  const std::int64_t weight_terms = s.batch * s.out_h() * s.out_w();
+  expect_close(to_doubles(y), y_expected, s.output_shape(), {2 * u + fwd_terms * eps, 2 * u}, "y");
+  expect_close(to_doubles(dx), dx_expected, s.input_shape(), {2 * u + data_terms * eps, 0.0}, "dx");
+  expect_close(to_doubles(dw), dw_expected, s.weight_shape(), {2 * u + weight_terms * eps, 0.0}, "dweight");
+  // dbias: a float32 sum of the float32 gradient on every backend.
+  expect_close(to_doubles(db), db_expected, {6}, {weight_terms * eps, 0.0}, "dbias");
+  EXPECT_GT(max_abs(y_expected), 0.0);
+}
+
+TEST_P(MixedBackend, LinearMatchesTheOracleOnRoundedOperands) {
+  const auto [backend, dtype] = GetParam();
+  BT_SKIP_UNLESS_AVAILABLE(backend);
+  const LinearSpec s = mixed_linear(dtype);
+  auto op = make_linear(backend, s);
+  const Tensor x = random_tensor(s.input_shape(), 41, -4.0f, 4.0f), w = random_tensor(s.weight_shape(), 42),
+               b = random_tensor({s.out_features}, 43), dy = random_tensor(s.output_shape(), 44);
+  const std::vector<double> xr = rounded_doubles(x, dtype), wr = rounded_doubles(w, dtype),
+                            dyr = rounded_doubles(dy, dtype), bd = to_doubles(b), dyd = to_doubles(dy);
+  std::vector<double> y_expected(static_cast<std::size_t>(shape_numel(s.output_shape()))), dx_expected(xr.size()),
+      dw_expected(wr.size()), db_expected(9), unused(wr.size());
+  reference::linear_forward<double>(s, xr.data(), wr.data(), bd.data(), y_expected.data());
+  reference::linear_backward_data<double>(s, dyr.data(), wr.data(), dx_expected.data());
+  reference::linear_backward_weights<double>(s, xr.data(), dyr.data(), dw_expected.data(), nullptr);
+  reference::linear_backward_weights<double>(s, xr.data(), dyd.data(), unused.data(), db_expected.data());
+
+  Tensor y = on_backend(Tensor::zeros(s.output_shape()), backend), dx = on_backend(Tensor::zeros(s.input_shape()), backend),
+         dw = on_backend(Tensor::zeros(s.weight_shape()), backend), db = on_backend(Tensor::zeros({9}), backend);
+  const Tensor xb = on_backend(x, backend), wb = on_backend(w, backend), bb = on_backend(b, backend),
+               dyb = on_backend(dy, backend);
+  op->forward(xb, wb, &bb, y);
+  op->backward_data(dyb, wb, dx);
+  op->backward_weights(xb, dyb, dw, &db);
+  // cublasGemmEx writes float32 results directly: only float32 accumulation error
+  // (K eps, the worst case over any summation order) separates them from the oracle.
+  const double eps = 0x1p-24;
+  expect_close(to_doubles(y), y_expected, s.output_shape(), {s.in_features * eps * 4, 0.0}, "y");
+  expect_close(to_doubles(dx), dx_expected, s.input_shape(), {s.out_features * eps * 4, 0.0}, "dx");
+  expect_close(to_doubles(dw), dw_expected, s.weight_shape(), {s.batch * eps * 4, 0.0}, "dweight");
+  expect_close(to_doubles(db), db_expected, {9}, {s.batch * eps * 4, 0.0}, "dbias");
+}
+
+std::string backend_dtype_name(const ::testing::TestParamInfo<std::tuple<Backend, DType>>& info) {
+  return std::string(backend_name(std::get<0>(info.param))) + "_" + dtype_name(std::get<1>(info.param));
+}
+INSTANTIATE_TEST_SUITE_P(Backends, MixedBackend,
+                         ::testing::Combine(::testing::Values(Backend::reference, Backend::cuda),
+                                            ::testing::Values(DType::bf16, DType::f16)),
+                         backend_dtype_name);
+
+}  // namespace
+}  // namespace bigtrain::kernels
