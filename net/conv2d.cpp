@@ -57,7 +57,8 @@ kernels::Conv2d& Conv2d::op(Backend backend, const kernels::Conv2dSpec& spec) {
 }
 
 Tensor Conv2d::forward(const Tensor& x, const ForwardContext& ctx) {
-  const kernels::Conv2dSpec spec = spec_for(x);
+  kernels::Conv2dSpec spec = spec_for(x);
+  spec.compute_dtype = ctx.compute_dtype;
   BT_CHECK(spec.out_h() > 0 && spec.out_w() > 0, "conv `{}`: input {} is smaller than the {}x{} kernel", name(),
            x.describe(), spec.kernel_h, spec.kernel_w);
   Tensor y = Tensor::empty(spec.output_shape(), DType::f32, backend_device(ctx.backend));

@@ -32,6 +32,13 @@ struct ForwardContext {
   // the trainer gives each tile batch its own offset and reuses it in pass 2.
   std::uint64_t dropout_seed = 0;
   std::uint64_t dropout_offset = 0;
+  // Mixed precision (train.precision): the compute type of the Conv2d and Linear
+  // layers this pass runs through (kernels::Conv2dSpec::compute_dtype); tensors
+  // between layers stay float32. The trainer sets it for the encoder only: the
+  // aggregator and head are a few small matrix products on one feature row per
+  // tile, where 16 bits would save nothing and cost the attention softmax and the
+  // logits their precision.
+  DType compute_dtype = DType::f32;
 
   static ForwardContext inference(Backend backend) { return {.backend = backend}; }
   static ForwardContext train(Backend backend) {

@@ -40,7 +40,7 @@ void Linear::reset_parameters(std::uint64_t seed) {
 Tensor Linear::forward(const Tensor& x, const ForwardContext& ctx) {
   BT_CHECK(x.rank() == 2 && x.dim(1) == in_features_, "linear `{}` expects [N,{}], got {}", name(), in_features_,
            x.describe());
-  kernels::LinearSpec spec{x.dim(0), in_features_, out_features_, has_bias_};
+  kernels::LinearSpec spec{x.dim(0), in_features_, out_features_, has_bias_, ctx.compute_dtype};
   Tensor y = Tensor::empty(spec.output_shape(), DType::f32, backend_device(ctx.backend));
   linear_op(ops_, ctx.backend, spec).forward(x, weight_.value, has_bias_ ? &bias_.value : nullptr, y);
   if (ctx.keep_activations) saved_.push_back({ctx.backend, spec, x});

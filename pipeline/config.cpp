@@ -112,6 +112,14 @@ TrainConfig read_train(ConfigSection s) {
   t.bn_calibration_images = s.get_int("bn_calibration_images", t.bn_calibration_images, 0, kIntMax);
   t.best_metric =
       s.get_choice("best_metric", t.best_metric, {"val_accuracy", "val_balanced_accuracy", "val_loss", "val_auc"});
+  t.precision = s.get_choice("precision", t.precision, {"fp32", "bf16", "fp16"});
+  {
+    ConfigSection l = s.section("loss_scale");
+    // Powers of two keep scaling and unscaling exact; GradScaler allows any value.
+    t.loss_scale.init = l.get_double("init", t.loss_scale.init, 1.0, 1e30);
+    t.loss_scale.growth_interval = l.get_int("growth_interval", t.loss_scale.growth_interval, 1, kIntMax);
+    l.finish();
+  }
   s.finish();
   return t;
 }
@@ -150,8 +158,15 @@ Config parse_node(YAML::Node root, std::shared_ptr<ConfigOrigin> origin, const s
     config.model = YAML::Clone(model);
   }
   config.aggregator = read_aggregator(top.section("aggregator"));
-  config.train = read_train(top.section("train"));
+  ConfigSection train = top.section("train");
+  config.train = read_train(train);
   config.device = read_device(top.section("device"));
+  // device: auto without a GPU is refused by the trainer, once it knows.
+  if (config.train.precision != "fp32" && config.device.type == "cpu")
+    train.fail("precision", fmt::format("{} needs device: cuda (the CPU backend computes in float32; bfloat16 "
+                                        "through oneDNN needs AVX-512, which it does not use); use precision fp32 "
+                                        "with device: cpu",
+                                        config.train.precision));
   config.output = read_output(top.section("output"));
   top.finish();
   return config;
@@ -255,6 +270,11 @@ std::string config_to_yaml(const Config& c) {
   out << YAML::Key << "freeze_bn" << YAML::Value << t.freeze_bn;
   out << YAML::Key << "bn_calibration_images" << YAML::Value << t.bn_calibration_images;
   out << YAML::Key << "best_metric" << YAML::Value << t.best_metric;
+  out << YAML::Key << "precision" << YAML::Value << t.precision;
+  out << YAML::Key << "loss_scale" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "init" << YAML::Value << t.loss_scale.init;
+  out << YAML::Key << "growth_interval" << YAML::Value << t.loss_scale.growth_interval;
+  out << YAML::EndMap;
   out << YAML::EndMap;
 
   out << YAML::Key << "device" << YAML::Value << YAML::BeginMap;

@@ -59,6 +59,15 @@ struct EarlyStoppingConfig {
   double min_delta = 0.0;
 };
 
+// Dynamic loss scaling of train.precision fp16, torch.cuda.amp.GradScaler's
+// defaults: the loss gradient is multiplied by the scale; a step whose gradients
+// overflow is skipped and the scale halved; after growth_interval steps without
+// overflow the scale doubles.
+struct LossScaleConfig {
+  double init = 65536.0;
+  std::int64_t growth_interval = 2000;
+};
+
 struct TrainConfig {
   std::int64_t epochs = 10;
   std::int64_t images_per_step = 1;
@@ -81,6 +90,11 @@ struct TrainConfig {
   // estimated from this many training images before the first step (0: off).
   std::int64_t bn_calibration_images = 0;
   std::string best_metric = "val_accuracy";  // val_accuracy | val_balanced_accuracy | val_loss | val_auc
+  // fp32 | bf16 | fp16: the compute type of the encoder's convolutions (float32
+  // master weights and activations between layers; see kernels/conv2d.hpp). bf16
+  // and fp16 need device: cuda; fp16 uses dynamic loss scaling (loss_scale).
+  std::string precision = "fp32";
+  LossScaleConfig loss_scale;
 };
 
 struct DeviceConfig {

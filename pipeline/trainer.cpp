@@ -21,6 +21,7 @@
 #include "kernels/core/allocator.hpp"
 #include "kernels/core/error.hpp"
 #include "kernels/device_select.hpp"
+#include "kernels/elementwise.hpp"
 #include "kernels/upload.hpp"
 #include "net/grad_clip.hpp"
 #include "net/model.hpp"
@@ -32,6 +33,7 @@
 #include "pipeline/distributed_training.hpp"
 #include "pipeline/gradient_check.hpp"
 #include "pipeline/interrupt.hpp"
+#include "pipeline/loss_scaler.hpp"
 #include "pipeline/random.hpp"
 #include "pipeline/report.hpp"
 #include "pipeline/tile_stream.hpp"
@@ -90,6 +92,7 @@ struct Trainer::State {
   std::unique_ptr<TwoPassStep> step;
   ImageModel image_model;
   Backend backend = Backend::cpu;
+  LossScaler loss_scaler;  // enabled for train.precision fp16
   std::int64_t epochs_done = 0;
   std::optional<double> best_value;
   std::int64_t best_epoch = 0;
@@ -173,8 +176,11 @@ std::string Trainer::State::position_text() const {
 }
 
 // Called after each image's backward pass: the gradients accumulated so far were
-// finite before it, so the first non-finite one is this image's.
+// finite before it, so the first non-finite one is this image's. With fp16 loss
+// scaling an overflow is expected now and then (the scale probes upwards): the
+// step is checked as a whole and skipped instead (take_ready_steps).
 void Trainer::State::check_gradients(const Sample& sample, std::int64_t epoch) const {
+  if (loss_scaler.enabled()) return;
   const std::vector<std::string> offending = non_finite_gradients(backend, image_model.parameters());
   if (offending.empty()) return;
   const std::size_t shown = std::min<std::size_t>(offending.size(), 5);
@@ -222,6 +228,7 @@ void Trainer::State::write_checkpoints(bool best) {
   training["seed"] = std::to_string(config.train.seed);
   training["bigtrain.checkpoint"] = metadata.at("bigtrain.checkpoint");
   if (partial.active) training["unfinished_epoch"] = partial.to_json().dump();
+  if (loss_scaler.enabled()) training["loss_scaler"] = loss_scaler.to_json();
   // The order is what makes a kill at any moment safe. best first: a kill after it
   // re-runs this epoch from the previous state, which makes the same best again.
   // Then the training state, the commit point: it alone is what resume reads (it
@@ -287,7 +294,7 @@ EpochSummary Trainer::State::train_epoch(std::int64_t epoch) {
   std::vector<std::vector<float>> probabilities;
   std::vector<double> losses;
   std::int64_t images_in_step = 0, images_done = 0, tiles = 0;
-  const float loss_scale = 1.0f / static_cast<float>(config.train.images_per_step);
+  const float mean_over_step = 1.0f / static_cast<float>(config.train.images_per_step);
   const std::vector<net::Parameter*> params = image_model.parameters();
   double lr = optimizer->learning_rate(0);
   double seconds_before = 0.0, wait_seconds_before = 0.0;
@@ -335,13 +342,27 @@ EpochSummary Trainer::State::train_epoch(std::int64_t epoch) {
   auto take_ready_steps = [&] {
     while (step_index < shard.images_per_step.size() && images_in_step == shard.images_per_step[step_index]) {
       gradients.sum(world());
-      if (config.train.clip_grad_norm > 0) {
-        net::GradClipOptions clip;
-        clip.max_norm = config.train.clip_grad_norm;
-        clip.error_if_nonfinite = true;
-        net::clip_grad_norm(backend, params, clip);
+      // fp16: the summed gradients are the same on every rank, so all skip alike.
+      const float scale_used = loss_scaler.scale();
+      const bool overflow = loss_scaler.enabled() && !non_finite_gradients(backend, params).empty();
+      if (!loss_scaler.update(overflow)) {
+        spdlog::warn("fp16 loss scaling: non-finite gradients at epoch {}, optimizer step {} of {} (step {} of the "
+                     "run): step skipped, loss scale {} -> {}",
+                     epoch, step_index + 1, shard.images_per_step.size(), optimizer->steps_taken() + 1, scale_used,
+                     loss_scaler.scale());
+      } else {
+        // Unscaled before clipping, so train.clip_grad_norm means the true norm.
+        if (scale_used != 1.0f)
+          for (net::Parameter* p : params)
+            if (p->grad.defined()) kernels::scale(backend, 1.0f / scale_used, p->grad);
+        if (config.train.clip_grad_norm > 0) {
+          net::GradClipOptions clip;
+          clip.max_norm = config.train.clip_grad_norm;
+          clip.error_if_nonfinite = true;
+          net::clip_grad_norm(backend, params, clip);
+        }
+        optimizer->step();
       }
-      optimizer->step();
       optimizer->zero_grad();
       checkpoint_current = false;
       images_in_step = 0;
@@ -378,7 +399,7 @@ EpochSummary Trainer::State::train_epoch(std::int64_t epoch) {
                               seed(kDropout, e, batch.image));
           step->pass1_batch(kernels::upload_async(backend, batch.pixels).get(), batch.first_tile);
           if (batch.last_of_job) {
-            const ImageOutcome outcome = step->finish_image(loss_scale);
+            const ImageOutcome outcome = step->finish_image(mean_over_step * loss_scaler.scale());
             if (!std::isfinite(outcome.loss))
               throw Error(fmt::format("{} ({}): the loss is {} at epoch {}, optimizer step {} of the run; the "
                                       "weights were not updated with it. Lower train.lr, set train.clip_grad_norm, "
@@ -478,7 +499,7 @@ EpochSummary Trainer::State::evaluate(const std::vector<Sample>& split, const st
   return row;
 }
 
-Trainer::Trainer(Config config, bool resume) : state_(std::make_unique<State>()) {
+Trainer::Trainer(Config config, bool resume, std::optional<Backend> backend) : state_(std::make_unique<State>()) {
   State& s = *state_;
   s.config = std::move(config);
   s.resume = resume;
@@ -487,8 +508,27 @@ Trainer::Trainer(Config config, bool resume) : state_(std::make_unique<State>())
   const Config& c = s.config;
 
   // cuda without a usable GPU is an error saying why; auto takes the GPU when there is one.
-  s.backend = kernels::select_backend(c.device.type);
+  s.backend = backend ? *backend : kernels::select_backend(c.device.type);
   spdlog::info("device: {}", kernels::describe_backend_choice(s.backend));
+  const DType compute_dtype = c.train.precision == "bf16"   ? DType::bf16
+                              : c.train.precision == "fp16" ? DType::f16
+                                                            : DType::f32;
+  if (compute_dtype != DType::f32 && s.backend == Backend::cpu)
+    throw Error(fmt::format("{}: train.precision {} needs a GPU, and device: {} chose the CPU ({}); the CPU backend "
+                            "computes in float32: use train.precision fp32 there",
+                            c.source, c.train.precision, c.device.type, kernels::describe_backend_choice(s.backend)));
+  LossScalerOptions scaling;
+  scaling.enabled = compute_dtype == DType::f16;
+  scaling.init_scale = c.train.loss_scale.init;
+  scaling.growth_interval = c.train.loss_scale.growth_interval;
+  s.loss_scaler = LossScaler(scaling);
+  spdlog::info("precision: {}{}", c.train.precision,
+               compute_dtype == DType::f32 ? " (float32 throughout)"
+               : scaling.enabled
+                   ? fmt::format(" (encoder convolutions in float16, float32 master weights; dynamic loss scale from "
+                                 "{}, growth every {} finite steps)",
+                                 scaling.init_scale, scaling.growth_interval)
+                   : std::string(" (encoder convolutions in bfloat16, float32 master weights)"));
 
   fs::create_directories(s.run_dir);
   const fs::path last_weights = s.run_dir / "checkpoints" / "last.safetensors";
@@ -555,7 +595,8 @@ Trainer::Trainer(Config config, bool resume) : state_(std::make_unique<State>())
   s.step = std::make_unique<TwoPassStep>(
       s.image_model, TwoPassOptions{.backend = s.backend,
                                     .freeze_bn = c.train.freeze_bn,
-                                    .label_smoothing = static_cast<float>(c.train.label_smoothing)});
+                                    .label_smoothing = static_cast<float>(c.train.label_smoothing),
+                                    .encoder_compute_dtype = compute_dtype});
 
   if (resume) {
     const LoadedTrainingState loaded =
@@ -564,6 +605,10 @@ Trainer::Trainer(Config config, bool resume) : state_(std::make_unique<State>())
     s.epochs_done = std::stoll(training.at("epochs_done"));
     if (const auto found = training.find("unfinished_epoch"); found != training.end())
       s.partial = State::PartialEpoch::from_json(found->second, last_training.string());
+    // The scale reached, not the initial one: restarting from init would skip steps
+    // the uninterrupted run took. A run switched to fp16 on resume starts at init.
+    if (const auto found = training.find("loss_scaler"); found != training.end() && s.loss_scaler.enabled())
+      s.loss_scaler.restore(found->second, last_training.string());
     if (!loaded.loaded_weights) {
       // A training state of an older bigtrain, without the weights: they come from
       // last.safetensors, and the pair must be of one step.

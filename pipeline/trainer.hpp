@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/core/device.hpp"
 #include "pipeline/config.hpp"
 #include "pipeline/dataset.hpp"
 #include "pipeline/metrics.hpp"
@@ -55,7 +56,9 @@ struct TrainOutcome {
 class Trainer {
  public:
   // resume: continue the run in config.output.dir from checkpoints/last.
-  Trainer(Config config, bool resume);
+  // backend: run on this backend instead of the one device.type selects; tests run
+  // the reference backend, the one that computes fp16 and bf16 without a GPU.
+  Trainer(Config config, bool resume, std::optional<Backend> backend = std::nullopt);
   ~Trainer();
 
   // Trains the remaining epochs, evaluating the validation split after each and the

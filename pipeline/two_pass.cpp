@@ -32,6 +32,7 @@ net::ForwardContext TwoPassStep::encoder_context(bool keep_activations, bool upd
   ctx.keep_activations = keep_activations;
   ctx.freeze_bn = options_.freeze_bn;
   ctx.update_bn_running_stats = update_running_stats && !options_.freeze_bn;
+  ctx.compute_dtype = options_.encoder_compute_dtype;
   return ctx;
 }
 
@@ -108,7 +109,9 @@ void TwoPassStep::pass2_batch(const Tensor& x, std::int64_t first_tile) {
 }
 
 void TwoPassStep::eval_batch(const Tensor& x, std::int64_t first_tile) {
-  store_rows(model_.encoder->forward(x, net::ForwardContext::inference(options_.backend)), first_tile);
+  net::ForwardContext ctx = net::ForwardContext::inference(options_.backend);
+  ctx.compute_dtype = options_.encoder_compute_dtype;  // validation sees what training computes
+  store_rows(model_.encoder->forward(x, ctx), first_tile);
 }
 
 ImageOutcome TwoPassStep::finish_eval() { return head_forward(false, 1.0f); }

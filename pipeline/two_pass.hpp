@@ -43,6 +43,9 @@ struct TwoPassOptions {
   bool freeze_bn = false;
   float label_smoothing = 0.0f;
   std::uint64_t dropout_seed = 0;  // per image; the aggregator's dropout mask
+  // train.precision: the encoder's convolutions compute in this type (f32, bf16,
+  // f16); the aggregator and head stay float32 (see net::ForwardContext).
+  DType encoder_compute_dtype = DType::f32;
 };
 
 class TwoPassStep {
@@ -53,7 +56,8 @@ class TwoPassStep {
   // x: [B, C, T, T] on the backend's device; rows [first, first + B) of H.
   void pass1_batch(const Tensor& x, std::int64_t first_tile);
   // Head, loss and dL/dH; the loss gradient is multiplied by loss_scale (1 /
-  // images_per_step, so accumulated gradients are a mean over the step's images).
+  // images_per_step, so accumulated gradients are a mean over the step's images,
+  // times the fp16 loss scale).
   ImageOutcome finish_image(float loss_scale);
   void pass2_batch(const Tensor& x, std::int64_t first_tile);
 
