@@ -3,6 +3,9 @@
 #include <cstdlib>
 #include <cstdio>
 
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
 #include "kernels/core/error.hpp"
 #include "pipeline/distributed_mpi.hpp"
 
@@ -13,6 +16,7 @@ class SingleProcessCommunicator final : public Communicator {
  public:
   int rank() const override { return 0; }
   int size() const override { return 1; }
+  int local_rank() const override { return 0; }
   void broadcast(std::span<std::byte>, int) override {}
   void allreduce_sum(std::span<float>) override {}
   void allreduce_sum(std::span<double>) override {}
@@ -48,6 +52,26 @@ bool mpi_available() {
 #endif
 }
 
+bool nccl_available() {
+#ifdef BIGTRAIN_HAVE_NCCL
+  return true;
+#else
+  return false;
+#endif
+}
+
+double collective_timeout_seconds() {
+  const char* text = std::getenv("BIGTRAIN_COLLECTIVE_TIMEOUT_S");
+  if (text == nullptr || *text == '\0') return 600.0;
+  char* end = nullptr;
+  const double value = std::strtod(text, &end);
+  if (end == text || *end != '\0' || value < 0)
+    throw Error(fmt::format("BIGTRAIN_COLLECTIVE_TIMEOUT_S={}: expected seconds (a number >= 0; 0 disables the "
+                            "watchdog)",
+                            text));
+  return value;
+}
+
 bool launched_by_mpi() {
   // Open MPI's mpirun, PMIx launchers (Open MPI 4+, Slurm), MPICH's hydra / PMI-1.
   for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE", "PMI_RANK"})
@@ -60,6 +84,15 @@ DistributedSession::DistributedSession() {
   if (!launched_by_mpi()) return;
 #ifdef BIGTRAIN_HAVE_MPI
   session_communicator() = make_mpi_communicator();
+  // Ranks on one machine take different GPUs (round robin when there are more ranks
+  // than GPUs, which the MPI path over host copies still handles; NCCL refuses two
+  // ranks on one device). Set before any model is built: the cuda backend reads it.
+  if (const int devices = cuda_device_count(); devices > 0) {
+    const Communicator& comm = *session_communicator();
+    set_cuda_backend_device(comm.local_rank() % devices);
+    spdlog::debug("rank {} (local rank {}): CUDA device {} of {}", comm.rank(), comm.local_rank(),
+                  comm.local_rank() % devices, devices);
+  }
 #else
   // Each of N copies would train alone and write into the same run directory.
   throw Error("started by an MPI launcher, but this bigtrain was built without MPI (install libopenmpi-dev and "

@@ -10,25 +10,48 @@
 // when a rank exits without MPI_Finalize (kill -9, a crash); for a rank that hangs,
 // a watchdog aborts the whole job when one collective has waited longer than
 // BIGTRAIN_COLLECTIVE_TIMEOUT_S seconds (default 600; 0 disables it). A rank that
-// fails with an error calls abort() so the others do not wait for it.
+// fails with an error calls abort() so the others do not wait for it. NCCL work on
+// the GPU is waited for by polling, never blocking, under the same timeout; on
+// timeout or abort the NCCL communicator is aborted (ncclCommAbort) before the job.
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
 
+#include "kernels/core/device.hpp"
+
 namespace bigtrain {
+
+// `count` floats in the memory of a CUDA device.
+struct DeviceBuffer {
+  float* data = nullptr;
+  std::size_t count = 0;
+};
 
 class Communicator {
  public:
   virtual ~Communicator() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
+  // Rank among the processes on this machine (picks this rank's GPU).
+  virtual int local_rank() const = 0;
   // Rank `root`'s bytes replace everyone else's.
   virtual void broadcast(std::span<std::byte> bytes, int root) = 0;
   // Element-wise sum over ranks, in place, identical on every rank afterwards.
   virtual void allreduce_sum(std::span<float> values) = 0;
   virtual void allreduce_sum(std::span<double> values) = 0;
   virtual void barrier() = 0;
+  // Element-wise sum over ranks of float buffers that live on CUDA device `device`,
+  // in place, on the device (NCCL), in a few bucketed collective calls; ordered after
+  // the work already queued on the device's compute stream and finished on return.
+  // Every rank calls it at the same point (the first call creates the NCCL
+  // communicator). Returns false, touching nothing, when this communicator has no
+  // device path (single process, a build without NCCL, BIGTRAIN_NCCL=0): the caller
+  // then sums host copies with allreduce_sum.
+  virtual bool allreduce_sum_on_device(std::span<const DeviceBuffer> buffers, Device device) { return false; }
+  // "NCCL 2.28.9 over 2 ranks" once allreduce_sum_on_device has run; empty before.
+  virtual std::string device_description() const { return {}; }
   // Ends every rank of the job with this message (never returns).
   [[noreturn]] virtual void abort(const std::string& message) = 0;
   // "MPI (Open MPI v4.1.4)" or "single process", for the log.
@@ -55,6 +78,10 @@ std::unique_ptr<Communicator> make_single_process_communicator();
 
 // Whether this build can run distributed (found MPI at configure time).
 bool mpi_available();
+// Whether this build sums CUDA gradients with NCCL (found CUDA, MPI and NCCL).
+bool nccl_available();
+// BIGTRAIN_COLLECTIVE_TIMEOUT_S (default 600; 0: wait forever); throws on a bad value.
+double collective_timeout_seconds();
 // Whether an MPI launcher (mpirun, srun with PMI/PMIx) started this process.
 bool launched_by_mpi();
 

@@ -11,12 +11,15 @@
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "kernels/core/error.hpp"
+#include "pipeline/distributed_nccl.hpp"
 
 namespace bigtrain {
 namespace {
@@ -31,18 +34,6 @@ void check(int status, const char* what) {
   throw Error(fmt::format("{} failed: {}", what, std::string(text, static_cast<std::size_t>(length))));
 }
 
-double collective_timeout_seconds() {
-  const char* text = std::getenv("BIGTRAIN_COLLECTIVE_TIMEOUT_S");
-  if (text == nullptr || *text == '\0') return 600.0;
-  char* end = nullptr;
-  const double value = std::strtod(text, &end);
-  if (end == text || *end != '\0' || value < 0)
-    throw Error(fmt::format("BIGTRAIN_COLLECTIVE_TIMEOUT_S={}: expected seconds (a number >= 0; 0 disables the "
-                            "watchdog)",
-                            text));
-  return value;
-}
-
 class MpiCommunicator final : public Communicator {
  public:
   MpiCommunicator() {
@@ -53,6 +44,11 @@ class MpiCommunicator final : public Communicator {
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    // The ranks sharing this machine (and its GPUs).
+    check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node_),
+          "MPI_Comm_split_type");
+    MPI_Comm_set_errhandler(node_, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(node_, &local_rank_);
     char version[MPI_MAX_LIBRARY_VERSION_STRING];
     int length = 0;
     MPI_Get_library_version(version, &length);
@@ -74,11 +70,17 @@ class MpiCommunicator final : public Communicator {
     }
     wake_.notify_all();
     if (watchdog_.joinable()) watchdog_.join();
+#ifdef BIGTRAIN_HAVE_NCCL
+    nccl_live_.store(nullptr);
+    nccl_.reset();
+#endif
+    MPI_Comm_free(&node_);
     MPI_Finalize();
   }
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  int local_rank() const override { return local_rank_; }
 
   void broadcast(std::span<std::byte> bytes, int root) override {
     Guard guard(*this, "MPI_Bcast");
@@ -97,7 +99,46 @@ class MpiCommunicator final : public Communicator {
     check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
   }
 
+  bool allreduce_sum_on_device(std::span<const DeviceBuffer> buffers, Device device) override {
+#ifdef BIGTRAIN_HAVE_NCCL
+    if (!device_path_decided_) {
+      use_nccl_ = decide_device_path(device);
+      device_path_decided_ = true;
+    }
+    if (!use_nccl_) return false;
+    if (!nccl_) {
+      nccl_ = std::make_unique<NcclCommunicator>(*this, device, timeout_);
+      nccl_live_.store(nccl_.get());
+    }
+    BT_CHECK(device == nccl_->device(), "gradients on {}, but this rank's NCCL communicator is on {}", device.str(),
+             nccl_->device().str());
+    const auto started = Clock::now();
+    std::size_t bytes = 0;
+    for (const DeviceBuffer& b : buffers) bytes += b.count * sizeof(float);
+    nccl_->allreduce_sum(buffers);
+    stats_.allreduce_calls += 1;
+    stats_.allreduce_bytes += static_cast<std::int64_t>(bytes);
+    stats_.allreduce_seconds += std::chrono::duration<double>(Clock::now() - started).count();
+    return true;
+#else
+    return false;
+#endif
+  }
+
+  std::string device_description() const override {
+#ifdef BIGTRAIN_HAVE_NCCL
+    if (nccl_) return nccl_->description();
+#endif
+    return {};
+  }
+
   [[noreturn]] void abort(const std::string& message) override {
+#ifdef BIGTRAIN_HAVE_NCCL
+    // Releases this rank's NCCL resources and fails its peers' pending NCCL work
+    // rather than leaving them to their timeouts (MPI_Abort kills the processes, but
+    // a launcher may take a while to reach every node).
+    if (NcclCommunicator* nccl = nccl_live_.load()) nccl->abort();
+#endif
     std::fprintf(stderr, "bigtrain rank %d/%d: aborting the job: %s\n", rank_, size_, message.c_str());
     std::fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, 1);
@@ -107,7 +148,8 @@ class MpiCommunicator final : public Communicator {
   std::string description() const override { return fmt::format("MPI ({}), {} ranks", library_, size_); }
 
  private:
-  // Marks the time a collective started, for the watchdog.
+  // Marks the time a collective started, for the watchdog. (NCCL waits are not
+  // marked: NcclCommunicator polls them under the same timeout itself.)
   struct Guard {
     Guard(MpiCommunicator& comm, const char* name) : comm_(comm) {
       comm_.current_name_.store(name);
@@ -116,6 +158,37 @@ class MpiCommunicator final : public Communicator {
     ~Guard() { comm_.started_ns_.store(0); }
     MpiCommunicator& comm_;
   };
+
+#ifdef BIGTRAIN_HAVE_NCCL
+  // Whether every rank can sum on its GPU with NCCL; the same answer on every rank
+  // (one collective decision), since a rank on NCCL and one on MPI would never meet.
+  // NCCL needs one GPU per rank: ranks sharing a machine must have different
+  // devices, compared by PCI bus id because each may see its own
+  // CUDA_VISIBLE_DEVICES. BIGTRAIN_NCCL=0 chooses MPI over host copies.
+  bool decide_device_path(Device device) {
+    const char* choice = std::getenv("BIGTRAIN_NCCL");
+    const bool wanted = choice == nullptr || std::string(choice) != "0";
+    std::string reason = wanted ? "" : "BIGTRAIN_NCCL=0";
+    Guard guard(*this, "choosing the gradient allreduce path");
+    int local_size = 1;
+    MPI_Comm_size(node_, &local_size);
+    constexpr int kIdBytes = 32;
+    std::string mine = cuda_bus_id(device);
+    mine.resize(kIdBytes, '\0');
+    std::vector<char> all(static_cast<std::size_t>(local_size) * kIdBytes);
+    check(MPI_Allgather(mine.data(), kIdBytes, MPI_CHAR, all.data(), kIdBytes, MPI_CHAR, node_), "MPI_Allgather");
+    for (int r = 0; r < local_size && reason.empty(); ++r)
+      if (r != local_rank_ && std::equal(mine.begin(), mine.end(), all.begin() + r * kIdBytes))
+        reason = fmt::format("local ranks {} and {} share the GPU {} (NCCL needs one GPU per rank)", local_rank_, r,
+                             mine.c_str());
+    int everyone_can = reason.empty() ? 1 : 0;
+    check(MPI_Allreduce(MPI_IN_PLACE, &everyone_can, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD), "MPI_Allreduce");
+    if (everyone_can == 0)
+      spdlog::warn("gradient allreduce on the GPU: NCCL not used ({}); MPI sums host copies instead",
+                   reason.empty() ? "another rank cannot" : reason);
+    return everyone_can == 1;
+  }
+#endif
 
   void allreduce(void* data, std::size_t count, MPI_Datatype type, std::size_t element_bytes) {
     const auto started = Clock::now();
@@ -151,6 +224,8 @@ class MpiCommunicator final : public Communicator {
 
   int rank_ = 0;
   int size_ = 1;
+  MPI_Comm node_ = MPI_COMM_NULL;
+  int local_rank_ = 0;
   std::string library_;
   double timeout_ = 0.0;
   std::atomic<Clock::rep> started_ns_{0};
@@ -159,6 +234,12 @@ class MpiCommunicator final : public Communicator {
   std::condition_variable wake_;
   bool stopping_ = false;
   std::thread watchdog_;
+#ifdef BIGTRAIN_HAVE_NCCL
+  bool device_path_decided_ = false;
+  bool use_nccl_ = false;
+  std::unique_ptr<NcclCommunicator> nccl_;
+  std::atomic<NcclCommunicator*> nccl_live_{nullptr};  // for abort() from the watchdog thread
+#endif
 };
 
 }  // namespace

@@ -70,25 +70,29 @@ void broadcast_state(Communicator& comm, const std::vector<net::StateRefs>& stat
 }
 
 GradientAllreduce::GradientAllreduce(std::vector<net::Parameter*> params) : params_(std::move(params)) {
-  std::size_t total = 0;
-  for (const net::Parameter* p : params_) total += static_cast<std::size_t>(p->value.numel());
-  flat_.resize(total);
+  for (const net::Parameter* p : params_) elements_ += static_cast<std::size_t>(p->value.numel());
 }
 
 void GradientAllreduce::sum(Communicator& comm) {
   if (!comm.distributed()) return;
+  // Every rank must send the same layout: a parameter without a gradient yet (none
+  // of this rank's images reached it) contributes zeros.
+  for (net::Parameter* p : params_)
+    if (!p->grad.defined()) p->zero_grad();
+  if (sum_on_device(comm)) return;
+  if (!logged_path_) {
+    spdlog::info("gradient allreduce: {}{}", comm.description(),
+                 !params_.empty() && !params_.front()->grad.device().is_cpu()
+                     ? nccl_available() ? " on host copies of the GPU gradients"
+                                        : " on host copies of the GPU gradients (this build has no NCCL)"
+                     : "");
+    logged_path_ = true;
+  }
+  flat_.resize(elements_);
   std::size_t offset = 0;
   std::vector<Tensor> hosts;
   hosts.reserve(params_.size());
   for (net::Parameter* p : params_) {
-    // Every rank must send the same layout: a parameter without a gradient yet
-    // (none of this rank's images reached it) contributes zeros.
-    if (!p->grad.defined()) p->zero_grad();
-    if (!p->grad.device().is_cpu() && !warned_device_) {
-      spdlog::warn("gradients on {}: allreduce goes through MPI on host copies (NCCL is not wired in this build)",
-                   p->grad.device().is_cuda() ? "a GPU" : "a device");
-      warned_device_ = true;
-    }
     hosts.push_back(host_f32(p->grad, p->name));
     const auto n = static_cast<std::size_t>(hosts.back().numel());
     std::memcpy(flat_.data() + offset, hosts.back().raw_data(), n * sizeof(float));
@@ -102,6 +106,29 @@ void GradientAllreduce::sum(Communicator& comm) {
     store_back(params_[i]->grad, hosts[i]);
     offset += n;
   }
+}
+
+bool GradientAllreduce::sum_on_device(Communicator& comm) {
+  if (params_.empty()) return false;
+  const Device device = params_.front()->grad.device();
+  if (!device.is_cuda()) return false;
+  std::vector<DeviceBuffer> buffers;
+  buffers.reserve(params_.size());
+  for (net::Parameter* p : params_) {
+    // One communicator per rank and device: a model split over devices or dtypes
+    // would need one per device; the trainer puts the whole model on one.
+    BT_CHECK(p->grad.device() == device, "{}: gradient on {}, the others on {}", p->name, p->grad.device().str(),
+             device.str());
+    BT_CHECK(p->grad.dtype() == DType::f32, "{}: distributed training supports f32 gradients only", p->name);
+    buffers.push_back({p->grad.data<float>(), static_cast<std::size_t>(p->grad.numel())});
+  }
+  if (!comm.allreduce_sum_on_device(buffers, device)) return false;
+  if (!logged_path_) {
+    spdlog::info("gradient allreduce: {} on {} ({:.2f} MB per step)", comm.device_description(), device.str(),
+                 static_cast<double>(bytes()) / 1e6);
+    logged_path_ = true;
+  }
+  return true;
 }
 
 void average_buffers(Communicator& comm, const std::vector<net::StateRefs>& state) {

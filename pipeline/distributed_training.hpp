@@ -47,18 +47,23 @@ inline std::vector<std::size_t> shard_indices(std::size_t count, const Communica
 // Rank 0's parameter values, buffers and counters replace everyone's.
 void broadcast_state(Communicator& comm, const std::vector<net::StateRefs>& state);
 
-// Sums the gradients of `params` over ranks in ONE flat allreduce (one collective
-// per optimizer step). Gradients on a GPU go through host copies: NCCL is not wired.
+// Sums the gradients of `params` over ranks once per optimizer step. On the CPU:
+// ONE flat MPI allreduce. On a GPU, in builds with NCCL: on the device, a few
+// bucketed ncclAllReduce calls (Communicator::allreduce_sum_on_device); without
+// NCCL, the flat MPI allreduce of host copies. Logs the path on its first step.
 class GradientAllreduce {
  public:
   explicit GradientAllreduce(std::vector<net::Parameter*> params);
   void sum(Communicator& comm);
-  std::size_t bytes() const { return flat_.size() * sizeof(float); }
+  std::size_t bytes() const { return elements_ * sizeof(float); }
 
  private:
+  bool sum_on_device(Communicator& comm);
+
   std::vector<net::Parameter*> params_;
-  std::vector<float> flat_;
-  bool warned_device_ = false;
+  std::size_t elements_ = 0;
+  std::vector<float> flat_;  // the host path's buffer, allocated on its first step
+  bool logged_path_ = false;
 };
 
 // Averages BatchNorm running statistics (every float buffer) over ranks.

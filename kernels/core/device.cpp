@@ -1,5 +1,7 @@
 #include "kernels/core/device.hpp"
 
+#include <atomic>
+
 #include <fmt/format.h>
 
 #include "kernels/core/error.hpp"
@@ -23,8 +25,17 @@ const char* backend_name(Backend backend) {
   return "?";
 }
 
+namespace {
+std::atomic<int> cuda_backend_index{0};
+}
+
 Device backend_device(Backend backend) {
-  return backend == Backend::cuda ? Device::cuda() : Device::cpu();
+  return backend == Backend::cuda ? Device::cuda(cuda_backend_index.load()) : Device::cpu();
+}
+
+void set_cuda_backend_device(int index) {
+  BT_CHECK(index >= 0, "CUDA device index {} is negative", index);
+  cuda_backend_index.store(index);
 }
 
 bool cuda_compiled() {

@@ -66,7 +66,7 @@ class Context {
   // naming the reason (no driver, no GPU, index out of range) when the device
   // cannot be used; `what` says who asked ("conv2d", "device: cuda").
   static Context& of(Device device, const char* what = "the CUDA backend");
-  static Context& of_backend(const char* what) { return of(Device::cuda(0), what); }
+  static Context& of_backend(const char* what) { return of(backend_device(Backend::cuda), what); }
 
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;

@@ -5,6 +5,7 @@
 
 #include "kernels/core/device.hpp"
 #include "pipeline/cli/command_registry.hpp"
+#include "pipeline/distributed.hpp"
 
 #ifdef BIGTRAIN_HAVE_CUDA
 #include "kernels/cuda/runtime.hpp"
@@ -23,6 +24,8 @@ RegisterCommand devices("devices", [](CLI::App& app) {
         {"cpu", {{"onednn", fmt::format("{}.{}.{}", onednn->major, onednn->minor, onednn->patch)}}},
         {"cuda_compiled", cuda_compiled()},
         {"cuda_devices", cuda_device_count()},
+        {"mpi_compiled", mpi_available()},
+        {"nccl_compiled", nccl_available()},
     };
 #ifdef BIGTRAIN_HAVE_CUDA
     if (cuda_device_count() == 0) info["cuda_unavailable_reason"] = cuda::unavailable_reason();
@@ -34,6 +37,9 @@ RegisterCommand devices("devices", [](CLI::App& app) {
       fmt::print("cuda: {}\n", !cuda_compiled()            ? std::string("not compiled in this build")
                                : cuda_device_count() == 0 ? fmt::format("compiled; {}", info.value("cuda_unavailable_reason", ""))
                                                           : fmt::format("{} device(s)", cuda_device_count()));
+      fmt::print("distributed: {}\n", nccl_available()  ? "MPI (CPU tensors), NCCL (CUDA tensors)"
+                                       : mpi_available() ? "MPI (CPU tensors; CUDA tensors through host copies)"
+                                                         : "single process only (built without MPI)");
     }
     return 0;
   });

@@ -66,37 +66,7 @@ paste -d, <(grep ',val,' runs/single/metrics.csv | cut -d, -f3,4) <(grep ',val,'
 # relative 1e-7 per step, carried through 6 momentum steps. 1e-5 relative (+1e-6
 # absolute for weights near 0) is ~100x that and far below one step's update
 # (lr 0.05 x gradient), which is what a wrong shard or a doubled gradient changes.
-PY=$(command -v python3)
-"$PY" - runs/single/checkpoints/last.safetensors runs/mpi/checkpoints/last.safetensors \
-  runs/switch/checkpoints/last.safetensors <<'PYEOF' || fail "weights differ from the single-process run"
-import json, struct, sys
-def load(path):
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(n))
-        data = f.read()
-    out = {}
-    for name, info in header.items():
-        if name == "__metadata__" or info["dtype"] != "F32":
-            continue
-        a, b = info["data_offsets"]
-        out[name] = struct.unpack("<%df" % ((b - a) // 4), data[a:b])
-    return out
-single = load(sys.argv[1])
-ok = True
-for other_path in sys.argv[2:]:
-    other = load(other_path)
-    assert set(other) == set(single), "different tensors"
-    worst_ratio, worst_diff, worst_name, changed = 0.0, 0.0, "", 0
-    for name, values in single.items():
-        for x, y in zip(values, other[name]):
-            changed += x != y
-            ratio = abs(x - y) / (1e-6 + 1e-5 * abs(x))
-            if ratio > worst_ratio:
-                worst_ratio, worst_diff, worst_name = ratio, abs(x - y), name
-    print(f"{other_path}: {changed} values differ; largest difference {worst_diff:.3g} ({worst_name}), "
-          f"{worst_ratio:.3g} x the tolerance")
-    ok = ok and worst_ratio <= 1.0
-sys.exit(0 if ok else 1)
-PYEOF
+python3 "$SOURCE/tests/cli/lib/compare_weights.py" 1e-5 1e-6 runs/single/checkpoints/last.safetensors \
+  runs/mpi/checkpoints/last.safetensors runs/switch/checkpoints/last.safetensors \
+  || fail "weights differ from the single-process run"
 echo "ok"
