@@ -4,6 +4,9 @@ tile, batch and steps on the same GPU, printed as one JSON line.
 Float32 is measured as bigtrain computes it: TF32 off for cuDNN and cuBLAS (on
 Ampere and newer PyTorch would otherwise run float32 convolutions as TF32), and
 cudnn.benchmark off (cuDNN's heuristic algorithm choice, as bigtrain makes it).
+--precision bf16 runs forward and loss under torch.autocast("cuda", torch.bfloat16),
+PyTorch's mixed precision as bigtrain's train.precision bf16 mirrors it (no grad
+scaler: bf16 has float32's range).
 Exits 77 with a reason when torch, torchvision or a CUDA device is missing.
 """
 import argparse
@@ -21,6 +24,7 @@ def main():
     parser.add_argument("--in-channels", type=int, default=1)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
     args = parser.parse_args()
     try:
         import torch
@@ -46,9 +50,14 @@ def main():
     targets = torch.arange(args.batch, device=device) % 2
     loss_fn = torch.nn.CrossEntropyLoss()
 
+    import contextlib
+    autocast = ((lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if args.precision == "bf16"
+                else contextlib.nullcontext)
+
     def train_step():
         optimizer.zero_grad(set_to_none=False)
-        loss = loss_fn(model(x), targets)
+        with autocast():
+            loss = loss_fn(model(x), targets)
         loss.backward()
         optimizer.step()
         return loss.item()  # waits for the device, as bigtrain's step does
@@ -56,10 +65,11 @@ def main():
     encoder = torch.nn.Sequential(*list(model.children())[:-1])  # up to the global average pool
 
     def infer_step():
-        with torch.no_grad():
+        with torch.no_grad(), autocast():
             return encoder(x).flatten(1)[0, 0].item()
 
     result = {"preset": args.preset, "tile": args.tile, "batch": args.batch, "torch": torch.__version__,
+              "precision": args.precision,
               "gpu": torch.cuda.get_device_name(0)}
     for name, step, train in (("train", train_step, True), ("infer", infer_step, False)):
         model.train(train)

@@ -39,6 +39,10 @@ struct BenchOptions {
   int warmup = 3;
   int steps = 10;
   std::string mode = "both";  // train | infer | both
+  // The convolutions' compute type (train.precision); the benchmark's whole model
+  // runs in it, head included, as torch.autocast does in the PyTorch peer. No loss
+  // scaling: it costs one check per step, nothing a per-step timing would show.
+  std::string precision = "fp32";  // fp32 | bf16 | fp16
   bool json = false;
 };
 
@@ -119,7 +123,14 @@ int run(const BenchOptions& options) {
   Allocator& allocator = allocator_for(device);
 
   nlohmann::json result = {{"preset", options.preset}, {"device", backend_name(backend)}, {"tile", options.tile},
-                           {"batch", options.batch}, {"in_channels", options.in_channels}, {"steps", options.steps}};
+                           {"batch", options.batch}, {"in_channels", options.in_channels}, {"steps", options.steps},
+                           {"precision", options.precision}};
+  const DType compute_dtype = options.precision == "bf16"   ? DType::bf16
+                              : options.precision == "fp16" ? DType::f16
+                                                            : DType::f32;
+  net::ForwardContext train_ctx = net::ForwardContext::train(backend);
+  net::ForwardContext infer_ctx = net::ForwardContext::inference(backend);
+  train_ctx.compute_dtype = infer_ctx.compute_dtype = compute_dtype;
   // Counted for the ResNet families only (the small demo encoder is not a ResNet).
   const bool counted = spec.encoder.family != net::EncoderFamily::small;
   const double forward_flops = counted ? resnet_forward_flops(spec.encoder, options.tile, spec.num_classes) : 0.0;
@@ -136,7 +147,7 @@ int run(const BenchOptions& options) {
   // which waits for the device, so host clocks time the device's work.
   auto train_step = [&] {
     model.zero_grad();
-    const Tensor logits = model.forward(x, net::ForwardContext::train(backend));
+    const Tensor logits = model.forward(x, train_ctx);
     Tensor dlogits = Tensor::empty(logits.shape(), DType::f32, device);
     const float loss = kernels::cross_entropy(backend, logits, targets, nullptr, {}, dlogits);
     model.backward(dlogits);
@@ -144,7 +155,7 @@ int run(const BenchOptions& options) {
     return loss;
   };
   auto infer_step = [&] {
-    const Tensor features = model.encoder().forward(x, net::ForwardContext::inference(backend));
+    const Tensor features = model.encoder().forward(x, infer_ctx);
     return features.to_vector().front();
   };
   auto measure = [&](const char* name, auto&& step, double flops_per_tile) {
@@ -200,6 +211,9 @@ RegisterCommand bench_model("bench-model", [](CLI::App& app) {
   app.add_option("--mode", options->mode, "train, infer or both")
       ->capture_default_str()
       ->check(CLI::IsMember({"train", "infer", "both"}));
+  app.add_option("--precision", options->precision, "compute type of convolutions and linear layers")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   app.add_flag("--json", options->json, "print one JSON object");
   return std::function<int()>([options] { return run(*options); });
 });
