@@ -114,24 +114,6 @@ template void conv2d_backward_weights<double>(const Conv2dSpec&, const double*, 
 
 namespace {
 
-// The float32 values of t rounded to `dtype` (the operands a mixed-precision
-// GPU op reads); for f32 the tensor's own memory, without a copy.
-class Operand {
- public:
-  Operand(const Tensor& t, DType dtype) : data_(t.f32()) {
-    if (dtype == DType::f32) return;
-    const auto n = static_cast<std::size_t>(t.numel());
-    rounded_.resize(n);
-    round_to_dtype(std::span<const float>(data_, n), rounded_, dtype);
-    data_ = rounded_.data();
-  }
-  const float* get() const { return data_; }
-
- private:
-  const float* data_;
-  std::vector<float> rounded_;
-};
-
 class ReferenceConv2d final : public Conv2d {
  public:
   explicit ReferenceConv2d(const Conv2dSpec& spec) : spec_(spec) {}
@@ -157,7 +139,7 @@ class ReferenceConv2d final : public Conv2d {
   }
 
  private:
-  Operand in(const Tensor& t) const { return Operand(t, spec_.compute_dtype); }
+  RoundedOperand in(const Tensor& t) const { return RoundedOperand(t, spec_.compute_dtype); }
   Conv2dSpec spec_;
 };
 

@@ -56,24 +56,6 @@ template void linear_backward_weights<double>(const LinearSpec&, const double*, 
 
 namespace {
 
-// The float32 values of t rounded to `dtype` (what a mixed-precision GPU op
-// reads); for f32 the tensor's own memory.
-class Operand {
- public:
-  Operand(const Tensor& t, DType dtype) : data_(t.f32()) {
-    if (dtype == DType::f32) return;
-    const auto n = static_cast<std::size_t>(t.numel());
-    rounded_.resize(n);
-    round_to_dtype(std::span<const float>(data_, n), rounded_, dtype);
-    data_ = rounded_.data();
-  }
-  const float* get() const { return data_; }
-
- private:
-  const float* data_;
-  std::vector<float> rounded_;
-};
-
 class ReferenceLinear final : public Linear {
  public:
   explicit ReferenceLinear(const LinearSpec& spec) : spec_(spec) {}
@@ -98,7 +80,7 @@ class ReferenceLinear final : public Linear {
   }
 
  private:
-  Operand in(const Tensor& t) const { return Operand(t, spec_.compute_dtype); }
+  RoundedOperand in(const Tensor& t) const { return RoundedOperand(t, spec_.compute_dtype); }
   LinearSpec spec_;
 };
 

@@ -69,4 +69,12 @@ void round_to_dtype(std::span<const float> in, std::span<float> out, DType dtype
   for (std::size_t i = 0; i < in.size(); ++i) out[i] = round_to_dtype(in[i], dtype);
 }
 
+RoundedOperand::RoundedOperand(const Tensor& t, DType dtype) : data_(t.f32()) {
+  if (dtype == DType::f32) return;
+  const auto n = static_cast<std::size_t>(t.numel());
+  rounded_.resize(n);
+  round_to_dtype(std::span<const float>(data_, n), rounded_, dtype);
+  data_ = rounded_.data();
+}
+
 }  // namespace bigtrain::kernels

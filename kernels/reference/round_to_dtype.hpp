@@ -6,8 +6,10 @@
 // conv2d and linear with these, so it defines what the CUDA backend must produce.
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "kernels/core/device.hpp"
+#include "kernels/core/tensor.hpp"
 
 namespace bigtrain::kernels {
 
@@ -21,5 +23,20 @@ float f16_bits_to_float(std::uint16_t bits);
 float round_to_dtype(float value, DType dtype);
 // out[i] = round_to_dtype(in[i], dtype); in and out have the same size (may alias).
 void round_to_dtype(std::span<const float> in, std::span<float> out, DType dtype);
+
+// The float32 values of a tensor rounded to `dtype` (the operands a mixed-precision
+// GPU op reads; bias and dbias stay unrounded); for f32 the tensor's own memory,
+// without a copy. Not copyable: get() may point into memory the object owns.
+class RoundedOperand {
+ public:
+  RoundedOperand(const Tensor& t, DType dtype);
+  RoundedOperand(const RoundedOperand&) = delete;
+  RoundedOperand& operator=(const RoundedOperand&) = delete;
+  const float* get() const { return data_; }
+
+ private:
+  const float* data_;
+  std::vector<float> rounded_;
+};
 
 }  // namespace bigtrain::kernels
