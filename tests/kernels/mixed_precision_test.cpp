@@ -168,6 +168,54 @@ LinearSpec mixed_linear(DType dtype) {
   return s;
 }
 
+// One op's double-precision loops (kernels/reference): the oracle, for conv2d and
+// linear alike.
+template <typename Spec>
+struct DoubleOracle {
+  void (*forward)(const Spec&, const double* x, const double* w, const double* b, double* y);
+  void (*backward_data)(const Spec&, const double* dy, const double* w, double* dx);
+  void (*backward_weights)(const Spec&, const double* x, const double* dy, double* dw, double* db);
+};
+const DoubleOracle<Conv2dSpec> kConv2dOracle{reference::conv2d_forward<double>, reference::conv2d_backward_data<double>,
+                                             reference::conv2d_backward_weights<double>};
+const DoubleOracle<LinearSpec> kLinearOracle{reference::linear_forward<double>, reference::linear_backward_data<double>,
+                                             reference::linear_backward_weights<double>};
+
+struct OpResults {
+  std::vector<double> y, dx, dw, db;
+};
+
+// The oracle on operands rounded to `dtype` first. dbias sums the float32 gradient,
+// unrounded (as cuDNN's backward-bias does).
+template <typename Spec>
+OpResults oracle_on_rounded_operands(const Spec& s, const DoubleOracle<Spec>& oracle, DType dtype, const Tensor& x,
+                                     const Tensor& w, const Tensor& b, const Tensor& dy) {
+  const std::vector<double> xr = rounded_doubles(x, dtype), wr = rounded_doubles(w, dtype),
+                            dyr = rounded_doubles(dy, dtype), bd = to_doubles(b), dyd = to_doubles(dy);
+  OpResults expected{std::vector<double>(static_cast<std::size_t>(shape_numel(s.output_shape()))),
+                     std::vector<double>(xr.size()), std::vector<double>(wr.size()), std::vector<double>(bd.size())};
+  std::vector<double> unused(wr.size());
+  oracle.forward(s, xr.data(), wr.data(), bd.data(), expected.y.data());
+  oracle.backward_data(s, dyr.data(), wr.data(), expected.dx.data());
+  oracle.backward_weights(s, xr.data(), dyr.data(), expected.dw.data(), nullptr);
+  oracle.backward_weights(s, xr.data(), dyd.data(), unused.data(), expected.db.data());
+  return expected;
+}
+
+// y, dx, dweight and dbias of `op` on `backend`, from host inputs.
+template <typename Op>
+OpResults run_on_backend(Op& op, Backend backend, const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& dy,
+                         const Shape& y_shape) {
+  Tensor y = on_backend(Tensor::zeros(y_shape), backend), dx = on_backend(Tensor::zeros(x.shape()), backend),
+         dw = on_backend(Tensor::zeros(w.shape()), backend), db = on_backend(Tensor::zeros(b.shape()), backend);
+  const Tensor xb = on_backend(x, backend), wb = on_backend(w, backend), bb = on_backend(b, backend),
+               dyb = on_backend(dy, backend);
+  op.forward(xb, wb, &bb, y);
+  op.backward_data(dyb, wb, dx);
+  op.backward_weights(xb, dyb, dw, &db);
+  return {to_doubles(y), to_doubles(dx), to_doubles(dw), to_doubles(db)};
+}
+
 class MixedReference : public ::testing::TestWithParam<DType> {};
 
 // Exactly the double-precision oracle on inputs rounded first (up to the final
@@ -175,27 +223,28 @@ class MixedReference : public ::testing::TestWithParam<DType> {};
 // float32 result: each product x*w of rounded operands is within (2u + u^2)|x w| of
 // the exact one, so |y16 - y32| <= (2u + u^2) * sum |x||w| per element (plus the
 // float32 stores of both), where u is the type's unit roundoff.
-TEST_P(MixedReference, Conv2dIsTheDoubleOracleOnRoundedOperands) {
-  const DType dtype = GetParam();
-  const Conv2dSpec s = mixed_conv(dtype);
-  Conv2dSpec plain = s;
+// The inputs are drawn with seeds first_seed .. first_seed + 3.
+template <typename Spec, typename MakeOp>
+void expect_double_oracle_on_rounded_operands(const Spec& s, std::int64_t outputs, MakeOp make_op,
+                                              const DoubleOracle<Spec>& oracle, std::uint64_t first_seed) {
+  const DType dtype = s.compute_dtype;
+  Spec plain = s;
   plain.compute_dtype = DType::f32;
-  const Tensor x = random_tensor(s.input_shape(), 11), w = random_tensor(s.weight_shape(), 12),
-               b = random_tensor({s.out_channels}, 13), dy = random_tensor(s.output_shape(), 14);
-  auto mixed = make_conv2d(Backend::reference, s), full = make_conv2d(Backend::reference, plain);
-  Tensor y = Tensor::zeros(s.output_shape()), y32 = Tensor::zeros(s.output_shape());
-  mixed->forward(x, w, &b, y);
+  const Tensor x = random_tensor(s.input_shape(), first_seed), w = random_tensor(s.weight_shape(), first_seed + 1),
+               b = random_tensor({outputs}, first_seed + 2), dy = random_tensor(s.output_shape(), first_seed + 3);
+  auto mixed = make_op(Backend::reference, s), full = make_op(Backend::reference, plain);
+  const OpResults actual = run_on_backend(*mixed, Backend::reference, x, w, b, dy, s.output_shape());
+  Tensor y32 = Tensor::zeros(s.output_shape());
   full->forward(x, w, &b, y32);
 
-  const std::vector<double> xr = rounded_doubles(x, dtype), wr = rounded_doubles(w, dtype),
-                            dyr = rounded_doubles(dy, dtype), bd = to_doubles(b);
-  std::vector<double> expected(static_cast<std::size_t>(y.numel())), bound(expected.size());
-  reference::conv2d_forward<double>(s, xr.data(), wr.data(), bd.data(), expected.data());
-  expect_close(to_doubles(y), expected, s.output_shape(), {1e-6, 0.0}, "y vs oracle on rounded operands");
+  const OpResults expected = oracle_on_rounded_operands(s, oracle, dtype, x, w, b, dy);
+  expect_close(actual.y, expected.y, s.output_shape(), {1e-6, 0.0}, "y vs oracle on rounded operands");
+  std::vector<double> bound(expected.y.size());
   const std::vector<double> xa = absolute(to_doubles(x)), wa = absolute(to_doubles(w));
-  reference::conv2d_forward<double>(s, xa.data(), wa.data(), nullptr, bound.data());
+  oracle.forward(s, xa.data(), wa.data(), nullptr, bound.data());
   const double u = unit_roundoff(dtype);
-  const std::vector<double> yd = to_doubles(y), y32d = to_doubles(y32);
+  const std::vector<double>& yd = actual.y;
+  const std::vector<double> y32d = to_doubles(y32);
   int differing = 0;
   for (std::size_t i = 0; i < yd.size(); ++i) {
     EXPECT_LE(std::abs(yd[i] - y32d[i]), (2 * u + u * u) * bound[i] + 4e-7 * (std::abs(y32d[i]) + 1)) << i;
@@ -203,59 +252,19 @@ TEST_P(MixedReference, Conv2dIsTheDoubleOracleOnRoundedOperands) {
   }
   EXPECT_GT(differing, 0) << "rounding to " << dtype_name(dtype) << " changed nothing: it was not applied";
 
-  Tensor dx = Tensor::zeros(s.input_shape()), dw = Tensor::zeros(s.weight_shape()), db = Tensor::zeros({6});
-  mixed->backward_data(dy, w, dx);
-  mixed->backward_weights(x, dy, dw, &db);
-  std::vector<double> dx_expected(xr.size()), dw_expected(wr.size()), db_expected(6);
-  reference::conv2d_backward_data<double>(s, dyr.data(), wr.data(), dx_expected.data());
-  // dbias sums the float32 gradient, unrounded (as cuDNN's backward-bias does).
-  reference::conv2d_backward_weights<double>(s, xr.data(), dyr.data(), dw_expected.data(), nullptr);
-  const std::vector<double> dyd = to_doubles(dy);
-  std::vector<double> unused(wr.size());
-  reference::conv2d_backward_weights<double>(s, xr.data(), dyd.data(), unused.data(), db_expected.data());
-  expect_close(to_doubles(dx), dx_expected, s.input_shape(), {1e-6, 0.0}, "dx");
-  expect_close(to_doubles(dw), dw_expected, s.weight_shape(), {1e-6, 0.0}, "dweight");
-  expect_close(to_doubles(db), db_expected, {6}, {1e-6, 0.0}, "dbias");
+  expect_close(actual.dx, expected.dx, s.input_shape(), {1e-6, 0.0}, "dx");
+  expect_close(actual.dw, expected.dw, s.weight_shape(), {1e-6, 0.0}, "dweight");
+  expect_close(actual.db, expected.db, {outputs}, {1e-6, 0.0}, "dbias");
+}
+
+TEST_P(MixedReference, Conv2dIsTheDoubleOracleOnRoundedOperands) {
+  const Conv2dSpec s = mixed_conv(GetParam());
+  expect_double_oracle_on_rounded_operands(s, s.out_channels, make_conv2d, kConv2dOracle, 11);
 }
 
 TEST_P(MixedReference, LinearIsTheDoubleOracleOnRoundedOperands) {
-  const DType dtype = GetParam();
-  const LinearSpec s = mixed_linear(dtype);
-  LinearSpec plain = s;
-  plain.compute_dtype = DType::f32;
-  const Tensor x = random_tensor(s.input_shape(), 21), w = random_tensor(s.weight_shape(), 22),
-               b = random_tensor({s.out_features}, 23), dy = random_tensor(s.output_shape(), 24);
-  auto mixed = make_linear(Backend::reference, s), full = make_linear(Backend::reference, plain);
-  Tensor y = Tensor::zeros(s.output_shape()), y32 = Tensor::zeros(s.output_shape());
-  mixed->forward(x, w, &b, y);
-  full->forward(x, w, &b, y32);
-  const std::vector<double> xr = rounded_doubles(x, dtype), wr = rounded_doubles(w, dtype),
-                            dyr = rounded_doubles(dy, dtype), bd = to_doubles(b);
-  std::vector<double> expected(static_cast<std::size_t>(y.numel())), bound(expected.size());
-  reference::linear_forward<double>(s, xr.data(), wr.data(), bd.data(), expected.data());
-  expect_close(to_doubles(y), expected, s.output_shape(), {1e-6, 0.0}, "y vs oracle on rounded operands");
-  const std::vector<double> xa = absolute(to_doubles(x)), wa = absolute(to_doubles(w));
-  reference::linear_forward<double>(s, xa.data(), wa.data(), nullptr, bound.data());
-  const double u = unit_roundoff(dtype);
-  const std::vector<double> yd = to_doubles(y), y32d = to_doubles(y32);
-  int differing = 0;
-  for (std::size_t i = 0; i < yd.size(); ++i) {
-    EXPECT_LE(std::abs(yd[i] - y32d[i]), (2 * u + u * u) * bound[i] + 4e-7 * (std::abs(y32d[i]) + 1)) << i;
-    differing += yd[i] != y32d[i];
-  }
-  EXPECT_GT(differing, 0) << "rounding to " << dtype_name(dtype) << " changed nothing: it was not applied";
-
-  Tensor dx = Tensor::zeros(s.input_shape()), dw = Tensor::zeros(s.weight_shape()), db = Tensor::zeros({9});
-  mixed->backward_data(dy, w, dx);
-  mixed->backward_weights(x, dy, dw, &db);
-  std::vector<double> dx_expected(xr.size()), dw_expected(wr.size()), db_expected(9), unused(wr.size());
-  reference::linear_backward_data<double>(s, dyr.data(), wr.data(), dx_expected.data());
-  reference::linear_backward_weights<double>(s, xr.data(), dyr.data(), dw_expected.data(), nullptr);
-  const std::vector<double> dyd = to_doubles(dy);
-  reference::linear_backward_weights<double>(s, xr.data(), dyd.data(), unused.data(), db_expected.data());
-  expect_close(to_doubles(dx), dx_expected, s.input_shape(), {1e-6, 0.0}, "dx");
-  expect_close(to_doubles(dw), dw_expected, s.weight_shape(), {1e-6, 0.0}, "dweight");
-  expect_close(to_doubles(db), db_expected, {9}, {1e-6, 0.0}, "dbias");
+  const LinearSpec s = mixed_linear(GetParam());
+  expect_double_oracle_on_rounded_operands(s, s.out_features, make_linear, kLinearOracle, 21);
 }
 
 std::string dtype_param_name(const ::testing::TestParamInfo<DType>& info) { return dtype_name(info.param); }
@@ -305,22 +314,8 @@ TEST_P(MixedBackend, Conv2dMatchesTheOracleOnRoundedOperands) {
   // Magnitudes up to 4: products up to 16, still far from fp16's 65504.
   const Tensor x = random_tensor(s.input_shape(), 31, -4.0f, 4.0f), w = random_tensor(s.weight_shape(), 32),
                b = random_tensor({s.out_channels}, 33), dy = random_tensor(s.output_shape(), 34);
-  const std::vector<double> xr = rounded_doubles(x, dtype), wr = rounded_doubles(w, dtype),
-                            dyr = rounded_doubles(dy, dtype), bd = to_doubles(b), dyd = to_doubles(dy);
-  std::vector<double> y_expected(static_cast<std::size_t>(shape_numel(s.output_shape()))), dx_expected(xr.size()),
-      dw_expected(wr.size()), db_expected(6), unused(wr.size());
-  reference::conv2d_forward<double>(s, xr.data(), wr.data(), bd.data(), y_expected.data());
-  reference::conv2d_backward_data<double>(s, dyr.data(), wr.data(), dx_expected.data());
-  reference::conv2d_backward_weights<double>(s, xr.data(), dyr.data(), dw_expected.data(), nullptr);
-  reference::conv2d_backward_weights<double>(s, xr.data(), dyd.data(), unused.data(), db_expected.data());
-
-  Tensor y = on_backend(Tensor::zeros(s.output_shape()), backend), dx = on_backend(Tensor::zeros(s.input_shape()), backend),
-         dw = on_backend(Tensor::zeros(s.weight_shape()), backend), db = on_backend(Tensor::zeros({6}), backend);
-  const Tensor xb = on_backend(x, backend), wb = on_backend(w, backend), bb = on_backend(b, backend),
-               dyb = on_backend(dy, backend);
-  op->forward(xb, wb, &bb, y);
-  op->backward_data(dyb, wb, dx);
-  op->backward_weights(xb, dyb, dw, &db);
+  const OpResults expected = oracle_on_rounded_operands(s, kConv2dOracle, dtype, x, w, b, dy);
+  const OpResults actual = run_on_backend(*op, backend, x, w, b, dy, s.output_shape());
 
   // cuDNN's PSEUDO_HALF/BFLOAT16 configurations write y, dx and dw in the 16-bit
   // type: one rounding, at most u relative to the value before the bias (|bias| <= 1,
@@ -330,12 +325,12 @@ TEST_P(MixedBackend, Conv2dMatchesTheOracleOnRoundedOperands) {
   const std::int64_t fwd_terms = s.in_channels * s.kernel_h * s.kernel_w;
   const std::int64_t data_terms = s.out_channels * s.kernel_h * s.kernel_w;
   const std::int64_t weight_terms = s.batch * s.out_h() * s.out_w();
-  expect_close(to_doubles(y), y_expected, s.output_shape(), {2 * u + fwd_terms * eps, 2 * u}, "y");
-  expect_close(to_doubles(dx), dx_expected, s.input_shape(), {2 * u + data_terms * eps, 0.0}, "dx");
-  expect_close(to_doubles(dw), dw_expected, s.weight_shape(), {2 * u + weight_terms * eps, 0.0}, "dweight");
+  expect_close(actual.y, expected.y, s.output_shape(), {2 * u + fwd_terms * eps, 2 * u}, "y");
+  expect_close(actual.dx, expected.dx, s.input_shape(), {2 * u + data_terms * eps, 0.0}, "dx");
+  expect_close(actual.dw, expected.dw, s.weight_shape(), {2 * u + weight_terms * eps, 0.0}, "dweight");
   // dbias: a float32 sum of the float32 gradient on every backend.
-  expect_close(to_doubles(db), db_expected, {6}, {weight_terms * eps, 0.0}, "dbias");
-  EXPECT_GT(max_abs(y_expected), 0.0);
+  expect_close(actual.db, expected.db, {6}, {weight_terms * eps, 0.0}, "dbias");
+  EXPECT_GT(max_abs(expected.y), 0.0);
 }
 
 TEST_P(MixedBackend, LinearMatchesTheOracleOnRoundedOperands) {
@@ -345,29 +340,15 @@ TEST_P(MixedBackend, LinearMatchesTheOracleOnRoundedOperands) {
   auto op = make_linear(backend, s);
   const Tensor x = random_tensor(s.input_shape(), 41, -4.0f, 4.0f), w = random_tensor(s.weight_shape(), 42),
                b = random_tensor({s.out_features}, 43), dy = random_tensor(s.output_shape(), 44);
-  const std::vector<double> xr = rounded_doubles(x, dtype), wr = rounded_doubles(w, dtype),
-                            dyr = rounded_doubles(dy, dtype), bd = to_doubles(b), dyd = to_doubles(dy);
-  std::vector<double> y_expected(static_cast<std::size_t>(shape_numel(s.output_shape()))), dx_expected(xr.size()),
-      dw_expected(wr.size()), db_expected(9), unused(wr.size());
-  reference::linear_forward<double>(s, xr.data(), wr.data(), bd.data(), y_expected.data());
-  reference::linear_backward_data<double>(s, dyr.data(), wr.data(), dx_expected.data());
-  reference::linear_backward_weights<double>(s, xr.data(), dyr.data(), dw_expected.data(), nullptr);
-  reference::linear_backward_weights<double>(s, xr.data(), dyd.data(), unused.data(), db_expected.data());
-
-  Tensor y = on_backend(Tensor::zeros(s.output_shape()), backend), dx = on_backend(Tensor::zeros(s.input_shape()), backend),
-         dw = on_backend(Tensor::zeros(s.weight_shape()), backend), db = on_backend(Tensor::zeros({9}), backend);
-  const Tensor xb = on_backend(x, backend), wb = on_backend(w, backend), bb = on_backend(b, backend),
-               dyb = on_backend(dy, backend);
-  op->forward(xb, wb, &bb, y);
-  op->backward_data(dyb, wb, dx);
-  op->backward_weights(xb, dyb, dw, &db);
+  const OpResults expected = oracle_on_rounded_operands(s, kLinearOracle, dtype, x, w, b, dy);
+  const OpResults actual = run_on_backend(*op, backend, x, w, b, dy, s.output_shape());
   // cublasGemmEx writes float32 results directly: only float32 accumulation error
   // (K eps, the worst case over any summation order) separates them from the oracle.
   const double eps = 0x1p-24;
-  expect_close(to_doubles(y), y_expected, s.output_shape(), {s.in_features * eps * 4, 0.0}, "y");
-  expect_close(to_doubles(dx), dx_expected, s.input_shape(), {s.out_features * eps * 4, 0.0}, "dx");
-  expect_close(to_doubles(dw), dw_expected, s.weight_shape(), {s.batch * eps * 4, 0.0}, "dweight");
-  expect_close(to_doubles(db), db_expected, {9}, {s.batch * eps * 4, 0.0}, "dbias");
+  expect_close(actual.y, expected.y, s.output_shape(), {s.in_features * eps * 4, 0.0}, "y");
+  expect_close(actual.dx, expected.dx, s.input_shape(), {s.out_features * eps * 4, 0.0}, "dx");
+  expect_close(actual.dw, expected.dw, s.weight_shape(), {s.batch * eps * 4, 0.0}, "dweight");
+  expect_close(actual.db, expected.db, {9}, {s.batch * eps * 4, 0.0}, "dbias");
 }
 
 std::string backend_dtype_name(const ::testing::TestParamInfo<std::tuple<Backend, DType>>& info) {
