@@ -17,6 +17,7 @@
 #include "pipeline/demo_data.hpp"
 #include "pipeline/image_plan.hpp"
 #include "pipeline/preprocess.hpp"
+#include "tests/support/demo_dataset.hpp"
 #include "tiler/tile_reader.hpp"
 
 namespace bigtrain {
@@ -26,21 +27,11 @@ namespace fs = std::filesystem;
 class BnCalibrationTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    root_ = fs::temp_directory_path() / ("bigtrain_bn_calibration_" + std::to_string(::getpid()));
-    fs::remove_all(root_);
-    DemoDataOptions options;
-    options.out = root_.string();
-    options.size = 96;
-    options.classes = {0, 1};
-    options.label_digits = 2;
-    options.other_digits = 1;
-    options.clutter_lines = 2;
-    options.train = 2;
-    options.val = 0;
-    options.test = 0;
-    options.tile_size = 64;
-    options.seed = 5;
-    make_demo_data(options, load_mnist_folder(BIGTRAIN_SOURCE_DIR "/tests/data/mnist"));
+    root_ = testing::fresh_scratch_dir("bigtrain_bn_calibration");
+    testing::make_test_demo_data({.out = root_.string(), .size = 96, .classes = {0, 1},
+                                  .train = 2, .val = 0, .test = 0,
+                                  .label_digits = 2, .other_digits = 1, .clutter_lines = 2,
+                                  .tile_size = 64, .seed = 5});
     // No augmentation: the test re-reads the tiles and must see the same pixels.
     config_ = parse_config(R"(data: {train: x.csv, mean: [0.1], std: [0.3]}
 tiler: {tile: 48, overlap: 0, border: shift}

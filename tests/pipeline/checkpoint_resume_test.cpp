@@ -17,6 +17,7 @@
 #include "pipeline/config.hpp"
 #include "pipeline/demo_data.hpp"
 #include "pipeline/trainer.hpp"
+#include "tests/support/demo_dataset.hpp"
 
 namespace bigtrain {
 namespace {
@@ -25,21 +26,11 @@ namespace fs = std::filesystem;
 class CheckpointResumeTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    root_ = fs::temp_directory_path() / ("bigtrain_checkpoint_resume_test_" + std::to_string(::getpid()));
-    fs::remove_all(root_);
-    const MnistDigits digits = load_mnist_folder(BIGTRAIN_SOURCE_DIR "/tests/data/mnist");
-    DemoDataOptions options;
-    options.out = (root_ / "data").string();
-    options.size = 96;
-    options.classes = {0, 1};
-    options.other_digits = 0;
-    options.clutter_lines = 2;
-    options.train = 10;
-    options.val = 4;
-    options.test = 2;
-    options.tile_size = 32;
-    options.seed = 5;
-    make_demo_data(options, digits);
+    root_ = testing::fresh_scratch_dir("bigtrain_checkpoint_resume_test");
+    testing::make_test_demo_data({.out = (root_ / "data").string(), .size = 96, .classes = {0, 1},
+                                  .train = 10, .val = 4, .test = 2,
+                                  .other_digits = 0, .clutter_lines = 2,
+                                  .tile_size = 32, .seed = 5});
   }
   static void TearDownTestSuite() { fs::remove_all(root_); }
 

@@ -9,16 +9,14 @@
 #include "kernels/core/error.hpp"
 #include "pipeline/dataset.hpp"
 #include "pipeline/demo_data.hpp"
+#include "tests/support/demo_dataset.hpp"
 #include "tiler/image_source.hpp"
 
 namespace bigtrain {
 namespace {
 namespace fs = std::filesystem;
 
-const MnistDigits& mnist() {
-  static const MnistDigits digits = load_mnist_folder(BIGTRAIN_SOURCE_DIR "/tests/data/mnist");
-  return digits;
-}
+const MnistDigits& mnist() { return testing::cached_mnist(); }
 
 TEST(DemoData, ReadsTheCachedMnist) {
   EXPECT_EQ(mnist().count, 10000);
@@ -28,8 +26,7 @@ TEST(DemoData, ReadsTheCachedMnist) {
 }
 
 TEST(DemoData, WritesTiledTiffsAndManifestsDeterministically) {
-  const fs::path dir = fs::temp_directory_path() / ("bigtrain_demo_data_test_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
+  const fs::path dir = testing::fresh_scratch_dir("bigtrain_demo_data_test");
   DemoDataOptions options;
   options.out = (dir / "a").string();
   options.size = 160;

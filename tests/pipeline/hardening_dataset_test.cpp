@@ -13,6 +13,7 @@
 #include "kernels/core/error.hpp"
 #include "pipeline/dataset.hpp"
 #include "pipeline/demo_data.hpp"
+#include "tests/support/demo_dataset.hpp"
 
 namespace bigtrain {
 namespace {
@@ -23,19 +24,10 @@ const std::string kBroken = BIGTRAIN_SOURCE_DIR "/tests/data/broken_images";
 class HardeningDatasetTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    root_ = fs::temp_directory_path() / ("bigtrain_hardening_dataset_test_" + std::to_string(::getpid()));
-    fs::remove_all(root_);
-    DemoDataOptions options;
-    options.out = (root_ / "data").string();
-    options.size = 96;
-    options.classes = {0, 1};
-    options.label_digits = 1;
-    options.other_digits = 0;
-    options.train = 4;
-    options.val = 0;
-    options.test = 0;
-    options.tile_size = 32;
-    make_demo_data(options, load_mnist_folder(BIGTRAIN_SOURCE_DIR "/tests/data/mnist"));
+    root_ = testing::fresh_scratch_dir("bigtrain_hardening_dataset_test");
+    testing::make_test_demo_data({.out = (root_ / "data").string(), .size = 96, .classes = {0, 1},
+                                  .train = 4, .val = 0, .test = 0,
+                                  .label_digits = 1, .other_digits = 0, .tile_size = 32});
   }
   static void TearDownTestSuite() { fs::remove_all(root_); }
 

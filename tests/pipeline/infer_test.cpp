@@ -20,6 +20,7 @@
 #include "pipeline/trainer.hpp"
 #include "tiler/synthetic_image.hpp"
 #include "tiler/tile_reader.hpp"
+#include "tests/support/demo_dataset.hpp"
 #include "tiler/tiff_writer.hpp"
 
 namespace bigtrain {
@@ -29,22 +30,11 @@ namespace fs = std::filesystem;
 class InferTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    root_ = fs::temp_directory_path() / ("bigtrain_infer_test_" + std::to_string(::getpid()));
-    fs::remove_all(root_);
-    const MnistDigits digits = load_mnist_folder(BIGTRAIN_SOURCE_DIR "/tests/data/mnist");
-    DemoDataOptions options;
-    options.out = (root_ / "data").string();
-    options.size = 128;
-    options.classes = {0, 1};
-    options.label_digits = 3;
-    options.other_digits = 0;
-    options.clutter_lines = 4;
-    options.train = 8;
-    options.val = 6;
-    options.test = 4;
-    options.tile_size = 64;
-    options.seed = 5;
-    make_demo_data(options, digits);
+    root_ = testing::fresh_scratch_dir("bigtrain_infer_test");
+    testing::make_test_demo_data({.out = (root_ / "data").string(), .size = 128, .classes = {0, 1},
+                                  .train = 8, .val = 6, .test = 4,
+                                  .label_digits = 3, .other_digits = 0, .clutter_lines = 4,
+                                  .tile_size = 64, .seed = 5});
   }
   static void TearDownTestSuite() { fs::remove_all(root_); }
 

@@ -20,6 +20,7 @@
 #include "pipeline/config.hpp"
 #include "pipeline/demo_data.hpp"
 #include "pipeline/trainer.hpp"
+#include "tests/support/demo_dataset.hpp"
 
 namespace bigtrain {
 namespace {
@@ -72,22 +73,11 @@ TEST(PrecisionConfig, BadValuesNameTheKey) {
 class MixedPrecisionTrainer : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    root_ = fs::temp_directory_path() / ("bigtrain_mixed_precision_test_" + std::to_string(::getpid()));
-    fs::remove_all(root_);
-    const MnistDigits digits = load_mnist_folder(BIGTRAIN_SOURCE_DIR "/tests/data/mnist");
-    DemoDataOptions options;
-    options.out = (root_ / "data").string();
-    options.size = 96;
-    options.classes = {0, 1};
-    options.label_digits = 2;
-    options.other_digits = 0;
-    options.clutter_lines = 0;
-    options.train = 12;
-    options.val = 4;
-    options.test = 0;
-    options.tile_size = 48;
-    options.seed = 5;
-    make_demo_data(options, digits);
+    root_ = testing::fresh_scratch_dir("bigtrain_mixed_precision_test");
+    testing::make_test_demo_data({.out = (root_ / "data").string(), .size = 96, .classes = {0, 1},
+                                  .train = 12, .val = 4, .test = 0,
+                                  .label_digits = 2, .other_digits = 0, .clutter_lines = 0,
+                                  .tile_size = 48, .seed = 5});
   }
   static void TearDownTestSuite() { if (!std::getenv("BIGTRAIN_KEEP_TEST_RUNS")) fs::remove_all(root_); }
 

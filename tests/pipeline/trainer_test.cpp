@@ -14,6 +14,7 @@
 #include "pipeline/config.hpp"
 #include "pipeline/demo_data.hpp"
 #include "pipeline/trainer.hpp"
+#include "tests/support/demo_dataset.hpp"
 
 namespace bigtrain {
 namespace {
@@ -22,24 +23,13 @@ namespace fs = std::filesystem;
 class TrainerTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    root_ = fs::temp_directory_path() / ("bigtrain_trainer_test_" + std::to_string(::getpid()));
-    fs::remove_all(root_);
-    const MnistDigits digits = load_mnist_folder(BIGTRAIN_SOURCE_DIR "/tests/data/mnist");
-    DemoDataOptions options;
-    options.out = (root_ / "data").string();
+    root_ = testing::fresh_scratch_dir("bigtrain_trainer_test");
     // 128-pixel canvases: at the 32-pixel size a resize baseline would see, a digit
     // is 7 pixels wide; the tiles see it at full resolution.
-    options.size = 128;
-    options.classes = {0, 1};
-    options.label_digits = 3;
-    options.other_digits = 0;
-    options.clutter_lines = 4;
-    options.train = 80;
-    options.val = 40;
-    options.test = 0;
-    options.tile_size = 64;
-    options.seed = 3;
-    make_demo_data(options, digits);
+    testing::make_test_demo_data({.out = (root_ / "data").string(), .size = 128, .classes = {0, 1},
+                                  .train = 80, .val = 40, .test = 0,
+                                  .label_digits = 3, .other_digits = 0, .clutter_lines = 4,
+                                  .tile_size = 64, .seed = 3});
   }
   static void TearDownTestSuite() { if (!std::getenv("BIGTRAIN_KEEP_TEST_RUNS")) fs::remove_all(root_); }
 
