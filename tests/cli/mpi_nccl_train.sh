@@ -5,34 +5,15 @@
 # both ranks hold bit-identical weights. NCCL refuses two ranks on one GPU, so this
 # needs 2 CUDA devices and skips (77) without them or without NCCL in the build.
 set -euo pipefail
-BIGTRAIN=$1
-SOURCE=$2
-fail() { echo "FAIL: $*" >&2; exit 1; }
+source "$2/tests/cli/lib/scratch.sh"
 command -v mpirun >/dev/null || { echo "SKIP: mpirun not found (apt-get install openmpi-bin libopenmpi-dev)"; exit 77; }
 devices=$("$BIGTRAIN" devices --json) || fail "bigtrain devices failed"
 field() { python3 -c "import json, sys; print(json.loads(sys.argv[1]).get(sys.argv[2], ''))" "$devices" "$1"; }
 [ "$(field nccl_compiled)" = "True" ] || { echo "SKIP: this bigtrain was built without NCCL (needs CUDA, MPI and NCCL at configure time)"; exit 77; }
 count=$(field cuda_devices)
 [ "$count" -ge 2 ] || { echo "SKIP: $count CUDA device(s) here; NCCL needs one GPU per rank, this test 2 ($(field cuda_unavailable_reason))"; exit 77; }
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-MPIRUN=(mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2)
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp"
-
-"$BIGTRAIN" make-demo-data --out data --mnist "$SOURCE/tests/data/mnist" --size 192 --classes 2,7 --train 10 --val 5 \
-  --test 3 --tile 64 >/dev/null 2>&1 || fail "make-demo-data failed"
-# As cli.mpi_train: steps of 4, 4, 2 images (2+2, 2+2, 1+1 over 2 ranks); SGD with
-# momentum carries a wrong gradient of any step into the final weights.
-cat > run.yaml <<'YAML'
-data: {train: data/train.csv, val: data/val.csv, test: data/test.csv, mean: [0.05], std: [0.2]}
-tiler: {tile: 64, overlap: 0, border: shift}
-model: {preset: small, in_channels: 1, width: 0.25, stem: {kernel: 5, stride: 2, maxpool: false}}
-aggregator: {kind: attention, hidden: 8}
-train: {epochs: 2, images_per_step: 4, tile_batch: 5, optimizer: sgd, lr: 0.05, momentum: 0.9, seed: 3, freeze_bn: true}
-device: {type: cuda, threads: 1}
-output: {dir: runs/single}
-YAML
+source "$SOURCE/tests/cli/lib/mpi_demo.sh"
+mpi_demo_run cuda
 
 "$BIGTRAIN" run run.yaml 2> single.log || { cat single.log; fail "single-process GPU run failed"; }
 "${MPIRUN[@]}" -x BIGTRAIN_WEIGHTS_DIGEST_DIR="$tmp/digests" "$BIGTRAIN" run run.yaml --set output.dir=runs/nccl \

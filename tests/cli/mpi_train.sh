@@ -5,30 +5,10 @@
 # weights; only rank 0 writes the run directory; a run checkpointed by 2 ranks resumes
 # in 1 process and still ends on the single-process weights.
 set -euo pipefail
-BIGTRAIN=$1
-SOURCE=$2
-fail() { echo "FAIL: $*" >&2; exit 1; }
+source "$2/tests/cli/lib/scratch.sh"
 command -v mpirun >/dev/null || { echo "SKIP: mpirun not found (apt-get install openmpi-bin libopenmpi-dev)"; exit 77; }
-# CI runs as root; Open MPI refuses root without both of these.
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-MPIRUN=(mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2)
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp"
-
-"$BIGTRAIN" make-demo-data --out data --mnist "$SOURCE/tests/data/mnist" --size 192 --classes 2,7 --train 10 --val 5 \
-  --test 3 --tile 64 >/dev/null 2>&1 || fail "make-demo-data failed"
-# 10 images, 4 per step: steps of 4, 4, 2 images; with 2 ranks, 2+2, 2+2, 1+1.
-# SGD with momentum, so a wrong gradient in one step shows in all later weights.
-cat > run.yaml <<'YAML'
-data: {train: data/train.csv, val: data/val.csv, test: data/test.csv, mean: [0.05], std: [0.2]}
-tiler: {tile: 64, overlap: 0, border: shift}
-model: {preset: small, in_channels: 1, width: 0.25, stem: {kernel: 5, stride: 2, maxpool: false}}
-aggregator: {kind: attention, hidden: 8}
-train: {epochs: 2, images_per_step: 4, tile_batch: 5, optimizer: sgd, lr: 0.05, momentum: 0.9, seed: 3, freeze_bn: true}
-device: {type: cpu, threads: 1}
-output: {dir: runs/single}
-YAML
+source "$SOURCE/tests/cli/lib/mpi_demo.sh"
+mpi_demo_run cpu
 
 "$BIGTRAIN" run run.yaml 2> single.log || { cat single.log; fail "single-process run failed"; }
 if ! "${MPIRUN[@]}" -x BIGTRAIN_WEIGHTS_DIGEST_DIR="$tmp/digests" "$BIGTRAIN" run run.yaml \
