@@ -36,6 +36,8 @@ class Communicator {
   virtual int size() const = 0;
   // Rank among the processes on this machine (picks this rank's GPU).
   virtual int local_rank() const = 0;
+  // How many ranks share this machine (its cores and GPUs).
+  virtual int local_size() const = 0;
   // Rank `root`'s bytes replace everyone else's.
   virtual void broadcast(std::span<std::byte> bytes, int root) = 0;
   // Element-wise sum over ranks, in place, identical on every rank afterwards.

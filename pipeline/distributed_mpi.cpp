@@ -49,6 +49,7 @@ class MpiCommunicator final : public Communicator {
           "MPI_Comm_split_type");
     MPI_Comm_set_errhandler(node_, MPI_ERRORS_RETURN);
     MPI_Comm_rank(node_, &local_rank_);
+    MPI_Comm_size(node_, &local_size_);
     char version[MPI_MAX_LIBRARY_VERSION_STRING];
     int length = 0;
     MPI_Get_library_version(version, &length);
@@ -81,6 +82,7 @@ class MpiCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   int local_rank() const override { return local_rank_; }
+  int local_size() const override { return local_size_; }
 
   void broadcast(std::span<std::byte> bytes, int root) override {
     Guard guard(*this, "MPI_Bcast");
@@ -226,6 +228,7 @@ class MpiCommunicator final : public Communicator {
   int size_ = 1;
   MPI_Comm node_ = MPI_COMM_NULL;
   int local_rank_ = 0;
+  int local_size_ = 1;
   std::string library_;
   double timeout_ = 0.0;
   std::atomic<Clock::rep> started_ns_{0};
