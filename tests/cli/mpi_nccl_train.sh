@@ -11,7 +11,7 @@ devices=$("$BIGTRAIN" devices --json) || fail "bigtrain devices failed"
 field() { python3 -c "import json, sys; print(json.loads(sys.argv[1]).get(sys.argv[2], ''))" "$devices" "$1"; }
 [ "$(field nccl_compiled)" = "True" ] || { echo "SKIP: this bigtrain was built without NCCL (needs CUDA, MPI and NCCL at configure time)"; exit 77; }
 count=$(field cuda_devices)
-[ "$count" -ge 2 ] || { echo "SKIP: $count CUDA device(s) here; NCCL needs one GPU per rank, this test 2 ($(field cuda_unavailable_reason))"; exit 77; }
+[ "$count" -ge 2 ] || { echo "SKIP: hardware: $count CUDA device(s) here; NCCL needs one GPU per rank, this test 2 ($(field cuda_unavailable_reason))"; exit 77; }
 source "$SOURCE/tests/cli/lib/mpi_demo.sh"
 mpi_demo_run cuda
 

@@ -47,7 +47,7 @@ TEST(DeviceSelect, CpuAndAutoAlwaysResolve) {
 TEST(DeviceSelect, CudaWithoutAGpuIsAnErrorSayingWhy) {
   if (cuda_device_count() > 0) {
     EXPECT_EQ(select_backend("cuda"), Backend::cuda);
-    GTEST_SKIP() << "a GPU is present: the no-GPU error cannot be provoked here (the cuda choice was checked)";
+    GTEST_SKIP() << "hardware: a GPU is present, so the no-GPU error cannot be provoked here (the cuda choice was checked)";
   }
   const std::string message = error_of([] { select_backend("cuda"); });
   ASSERT_FALSE(message.empty()) << "device: cuda without a GPU must throw bigtrain::Error";
@@ -63,7 +63,7 @@ TEST(DeviceSelect, CudaWithoutAGpuIsAnErrorSayingWhy) {
 // Asking an op for the cuda backend on a machine without a GPU names the reason
 // instead of failing inside a CUDA call.
 TEST(CudaOpsWithoutGpu, CreatingAnOpNamesTheReason) {
-  if (cuda_device_count() > 0) GTEST_SKIP() << "a GPU is present: the no-GPU error cannot be provoked here";
+  if (cuda_device_count() > 0) GTEST_SKIP() << "hardware: a GPU is present, so the no-GPU error cannot be provoked here";
   Conv2dSpec spec;
   spec.in_channels = 2, spec.out_channels = 3, spec.in_h = 5, spec.in_w = 5, spec.kernel_h = 3, spec.kernel_w = 3;
   const std::string message = error_of([&] { make_conv2d(Backend::cuda, spec); });
@@ -87,7 +87,7 @@ TEST(Upload, HostBackendsShareTheTensorAndCudaCopiesIt) {
     EXPECT_EQ(same.raw_data(), host.raw_data()) << backend_name(backend);
   }
   EXPECT_THROW(upload_async(Backend::cpu, Tensor()), Error);
-  if (auto reason = testing::backend_unavailable(Backend::cuda)) GTEST_SKIP() << "cuda part: " << *reason;
+  if (auto reason = testing::backend_unavailable(Backend::cuda)) GTEST_SKIP() << *reason << " (the cpu and reference parts above ran)";
   PendingUpload upload = upload_async(Backend::cuda, host);
   const Tensor device = upload.get();
   EXPECT_TRUE(device.device().is_cuda());

@@ -63,7 +63,7 @@ TEST(Allocator, RoundingServesSlightlySmallerRequests) {
 }
 
 TEST(Device, CudaAllocatorWithoutDeviceIsAClearError) {
-  if (cuda_device_count() > 0) GTEST_SKIP() << "a CUDA device is present; this test covers machines without one";
+  if (cuda_device_count() > 0) GTEST_SKIP() << "hardware: a CUDA device is present; this test covers machines without one";
   try {
     (void)allocator_for(Device::cuda());
     FAIL() << "expected an error";

@@ -173,7 +173,7 @@ TEST_F(MixedPrecisionTrainer, Fp16OverflowSkipsStepsLowersTheScaleThenLearns) {
 }
 
 TEST_F(MixedPrecisionTrainer, HalfPrecisionOnTheCpuIsRefusedNamingTheSetting) {
-  if (cuda_device_count() > 0) GTEST_SKIP() << "a GPU is present: device: auto selects it";
+  if (cuda_device_count() > 0) GTEST_SKIP() << "hardware: a GPU is present, so device: auto selects it";
   const std::string message =
       error_of([] { Trainer(config("refused", {"train.precision=bf16"}), false); });
   EXPECT_NE(message.find("train.precision bf16"), std::string::npos) << message;

@@ -397,7 +397,7 @@ inline std::vector<Backend> all_backends() { return {Backend::reference, Backend
 inline std::optional<std::string> backend_unavailable(Backend backend) {
   if (backend != Backend::cuda) return std::nullopt;
   if (!cuda_compiled()) return std::string("this build has no CUDA backend (configured without the CUDA toolkit/cuDNN)");
-  if (cuda_device_count() == 0) return std::string("no CUDA device is present on this machine");
+  if (cuda_device_count() == 0) return std::string("hardware: no CUDA device is present on this machine");
   return std::nullopt;
 }
 
