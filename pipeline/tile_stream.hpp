@@ -1,5 +1,5 @@
 #pragma once
-// The TBB flow graph of DESIGN.md that feeds tiles to the network:
+// The TBB flow graph that feeds tiles to the network (docs/design.md, section 3):
 //
 //   input_node (serial: takes each image's plan, emits one request per tile, in order)
 //     -> planning node (serial: plans the next `plan_ahead` images while this one streams)

@@ -1,5 +1,5 @@
 #pragma once
-// One image of tiled end-to-end training in two passes (DESIGN.md):
+// One image of tiled end-to-end training in two passes (docs/design.md, section 4):
 //
 //   begin_image(N, label)            H = zeros [N, D] (host), nothing else held
 //   pass1_batch(x, first) ...        encoder forward, no activations kept; rows of H

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `bigtrain run` end to end on tiny generated demo data: the run directory has what
-# DESIGN.md promises, metrics.csv has one row per epoch and split, a stopped run
-# resumes, and config mistakes are errors naming the file, line and valid keys.
+# docs/design.md (section 7) describes, metrics.csv has one row per epoch and split,
+# a stopped run resumes, and config mistakes are errors naming the file, line and
+# valid keys.
 set -euo pipefail
 source "$2/tests/cli/lib/scratch.sh"
 
