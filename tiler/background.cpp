@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <numeric>
+#include <vector>
 
 #include <opencv2/imgproc.hpp>
 #include <tbb/parallel_for.h>
@@ -20,18 +21,94 @@ int64_t chunk_side(int64_t block, int64_t k, int64_t target) {
   return unit * std::max<int64_t>(1, target / unit);
 }
 
-cv::Mat to_8bit(const cv::Mat& pixels) {
-  if (pixels.depth() == CV_8U) return pixels;
+cv::Mat to_8bit(const cv::Mat& pixels, int full_scale) {
+  if (pixels.depth() == CV_8U && full_scale == 255) return pixels;
   cv::Mat out;
-  pixels.convertTo(out, CV_MAKETYPE(CV_8U, pixels.channels()), 1.0 / 257.0);
+  // convertTo saturates: values above a declared maximum become white, not wrap.
+  pixels.convertTo(out, CV_MAKETYPE(CV_8U, pixels.channels()), 255.0 / full_scale);
+  return out;
+}
+
+// Median of a histogram of non-negative integer values.
+int histogram_median(const std::vector<int64_t>& counts, int64_t total) {
+  int64_t seen = 0;
+  for (size_t v = 0; v < counts.size(); ++v) {
+    seen += counts[v];
+    if (2 * seen >= total) return static_cast<int>(v);
+  }
+  return static_cast<int>(counts.size()) - 1;
+}
+
+ForegroundMask local_contrast_mask(const cv::Mat& grey, const ForegroundOptions& options) {
+  ForegroundMask out;
+  out.mode = BackgroundMode::local_contrast;
+  // A little smoothing first: single-pixel noise must not pass for objects, and the
+  // noise level below is measured on the same smoothed image.
+  cv::Mat smooth;
+  cv::GaussianBlur(grey, smooth, cv::Size(0, 0), 1.0);
+  // The local background level: a median over an eighth of the image's side,
+  // computed at about 128 pixels a side (cheap). Objects smaller than half the window
+  // do not move the median, so they stand out of it; brightness texture much wider
+  // than the window is followed by it (a wider window would lag behind the texture:
+  // at a dark trough the median sits above the floor, and the trough passes for
+  // dark objects).
+  const int longer = std::max(grey.cols, grey.rows);
+  const double shrink = std::max(1.0, longer / 128.0);
+  cv::Mat small, level;
+  cv::resize(smooth, small, cv::Size(std::max(1, static_cast<int>(std::lround(grey.cols / shrink))),
+                                     std::max(1, static_cast<int>(std::lround(grey.rows / shrink)))),
+             0, 0, cv::INTER_AREA);
+  const int window = std::max(3, (std::max(small.cols, small.rows) / 8) | 1);
+  cv::medianBlur(small, level, window);
+  cv::resize(level, level, grey.size(), 0, 0, cv::INTER_LINEAR);
+  cv::Mat departure;  // signed: towards the foreground's side is positive
+  if (options.dark_foreground) cv::subtract(level, smooth, departure, cv::noArray(), CV_16S);
+  else cv::subtract(smooth, level, departure, cv::noArray(), CV_16S);
+  // The noise of the departure from its median absolute value (robust while
+  // objects cover less than half the image); the cut sits 5 noise sigmas out, and
+  // at least 3 grey levels so an almost flat image keeps only real objects.
+  std::vector<int64_t> counts(256, 0);
+  for (int r = 0; r < departure.rows; ++r) {
+    const int16_t* row = departure.ptr<int16_t>(r);
+    for (int c = 0; c < departure.cols; ++c) ++counts[std::min(255, std::abs(row[c]))];
+  }
+  const double sigma = 1.4826 * histogram_median(counts, static_cast<int64_t>(departure.total()));
+  if (options.threshold) {
+    BT_CHECK(*options.threshold >= 1 && *options.threshold <= 255,
+             "local-contrast threshold must be in 1..255 grey levels, got {}", *options.threshold);
+    out.threshold = *options.threshold;
+  } else {
+    out.threshold = std::max(3, static_cast<int>(std::ceil(5.0 * sigma)));
+  }
+  cv::compare(departure, out.threshold, out.mask, cv::CMP_GE);
+  out.mask /= 255;  // compare writes 255
   return out;
 }
 
 }  // namespace
 
-Thumbnail make_thumbnail(const ImageSource& source, int max_side) {
+std::optional<BackgroundMode> parse_background_mode(const std::string& name) {
+  if (name == "otsu") return BackgroundMode::otsu;
+  if (name == "fixed") return BackgroundMode::fixed;
+  if (name == "local_contrast") return BackgroundMode::local_contrast;
+  if (name == "none") return BackgroundMode::none;
+  return std::nullopt;
+}
+
+const char* background_mode_name(BackgroundMode mode) {
+  switch (mode) {
+    case BackgroundMode::otsu: return "otsu";
+    case BackgroundMode::fixed: return "fixed";
+    case BackgroundMode::local_contrast: return "local_contrast";
+    case BackgroundMode::none: return "none";
+  }
+  return "?";
+}
+
+Thumbnail make_thumbnail(const ImageSource& source, int max_side, int full_scale) {
   BT_CHECK(max_side > 0, "thumbnail size must be positive, got {}", max_side);
   const ImageInfo& info = source.info();
+  if (full_scale <= 0) full_scale = info.full_scale();
   const int level = static_cast<int>(info.levels.size()) - 1;
   const LevelInfo& L = info.levels[level];
   const int64_t k = std::max<int64_t>(1, (std::max(L.width, L.height) + max_side - 1) / max_side);
@@ -61,7 +138,7 @@ Thumbnail make_thumbnail(const ImageSource& source, int max_side) {
     tbb::parallel_for(int64_t{0}, chunks_x * chunks_y, [&](int64_t index) {
       const int64_t x = (index % chunks_x) * chunk_w, y = (index / chunks_x) * chunk_h;
       const int64_t w = std::min(chunk_w, L.width - x), h = std::min(chunk_h, L.height - y);
-      cv::Mat chunk = to_8bit(source.read_region(level, x, y, w, h));
+      cv::Mat chunk = to_8bit(source.read_region(level, x, y, w, h), full_scale);
       const cv::Rect target(static_cast<int>(x / k), static_cast<int>(y / k), static_cast<int>((w + k - 1) / k),
                             static_cast<int>((h + k - 1) / k));
       cv::Mat small;
@@ -79,8 +156,16 @@ ForegroundMask foreground_mask(const Thumbnail& thumbnail, const ForegroundOptio
   if (thumbnail.pixels.channels() == 3) cv::cvtColor(thumbnail.pixels, grey, cv::COLOR_RGB2GRAY);
   else grey = thumbnail.pixels;
   ForegroundMask out;
+  out.mode = options.mode;
+  if (options.mode == BackgroundMode::none) {
+    out.mask = cv::Mat::ones(grey.size(), CV_8U);
+    return out;
+  }
+  BT_CHECK(options.mode != BackgroundMode::fixed || options.threshold.has_value(),
+           "background mode fixed needs a threshold (a grey level 0..255)");
   const int type = options.dark_foreground ? cv::THRESH_BINARY_INV : cv::THRESH_BINARY;
-  if (options.threshold) {
+  if (options.threshold && options.mode != BackgroundMode::local_contrast) {
+    out.mode = BackgroundMode::fixed;
     BT_CHECK(*options.threshold >= 0 && *options.threshold <= 255, "foreground threshold must be in 0..255, got {}",
              *options.threshold);
     out.threshold = *options.threshold;
@@ -97,6 +182,7 @@ ForegroundMask foreground_mask(const Thumbnail& thumbnail, const ForegroundOptio
     out.mask = cv::Mat::ones(grey.size(), CV_8U);
     return out;
   }
+  if (options.mode == BackgroundMode::local_contrast) return local_contrast_mask(grey, options);
   // Otsu's cut is chosen on a blurred copy: nuclei-like dark texture inside tissue
   // would otherwise become a class of its own and pull the cut below the rest of
   // the tissue. The cut is then applied to the sharp thumbnail, keeping edges exact.

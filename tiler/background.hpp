@@ -13,22 +13,43 @@
 namespace bigtrain::tiler {
 
 struct Thumbnail {
-  cv::Mat pixels;         // 8-bit (16-bit sources scaled by 1/257), source channels, RGB order
+  // 8-bit, source channels, RGB order: pixel * 255 / full scale, the scale the
+  // network divides by (ImageInfo::full_scale, or the caller's override), so the
+  // background filter and the network see the same brightness.
+  cv::Mat pixels;
   double scale_x = 1.0;   // thumbnail pixels per level-0 pixel
   double scale_y = 1.0;
 };
 
 // A thumbnail whose longer side is at most `max_side` (smaller if the coarsest level is).
-Thumbnail make_thumbnail(const ImageSource& source, int max_side = 1024);
+// `full_scale` > 0 overrides the image's own (ImageInfo::full_scale).
+Thumbnail make_thumbnail(const ImageSource& source, int max_side = 1024, int full_scale = 0);
+
+// How foreground is told from background on the thumbnail's grey levels:
+//   otsu           - one global cut chosen by Otsu (a clean slide: bright glass, dark tissue);
+//   fixed          - one global cut at `threshold`;
+//   local_contrast - the departure from the local background level (a large median of
+//                    the thumbnail), cut above the noise of that departure: objects on
+//                    a background whose brightness drifts or has smooth texture, where
+//                    any one global cut keeps or drops whole regions of background;
+//   none           - every pixel is foreground.
+enum class BackgroundMode { otsu, fixed, local_contrast, none };
+std::optional<BackgroundMode> parse_background_mode(const std::string& name);
+const char* background_mode_name(BackgroundMode mode);
 
 struct ForegroundOptions {
-  std::optional<int> threshold;  // grey level 0..255 on the thumbnail; Otsu's (of the blurred thumbnail) when unset
+  BackgroundMode mode = BackgroundMode::otsu;
+  // fixed: the grey level 0..255 (required). otsu: when set, used instead of Otsu's
+  // (the mode is then fixed). local_contrast: the least departure, in grey levels,
+  // counted as foreground (unset: chosen from the noise).
+  std::optional<int> threshold;
   bool dark_foreground = true;   // tissue on a bright slide; false for bright objects on dark
 };
 
 struct ForegroundMask {
   cv::Mat mask;         // CV_8U, 1 = foreground
-  int threshold = 0;    // the grey level used (Otsu's or the fixed one)
+  BackgroundMode mode = BackgroundMode::otsu;  // the mode used
+  int threshold = 0;    // the grey level (otsu, fixed) or least departure (local_contrast) used
   bool uniform = false; // no contrast at all: every pixel counted as foreground
 };
 

@@ -11,6 +11,8 @@ namespace bigtrain::tiler {
 
 int ImageInfo::cv_type() const { return CV_MAKETYPE(bits == 16 ? CV_16U : CV_8U, channels); }
 
+int ImageInfo::full_scale() const { return max_value > 0 ? max_value : (1 << bits) - 1; }
+
 void check_region(const ImageInfo& info, int level, int64_t x, int64_t y, int64_t w, int64_t h) {
   if (level < 0 || level >= static_cast<int>(info.levels.size()))
     throw Error(fmt::format("{}: level {} does not exist (the image has {} level(s))", info.path, level, info.levels.size()));

@@ -35,7 +35,12 @@ struct ImageInfo {
   std::string path;
   std::string format;  // "tiff", "bigtiff", "png", "jpeg", "bmp"
   int channels = 0;    // 1 or 3
-  int bits = 0;        // 8 or 16
+  int bits = 0;        // 8 or 16: the storage
+  // The value full brightness is stored as, when the header says it is below the
+  // storage's limit: SMaxSampleValue or MaxSampleValue (12- or 14-bit data in 16-bit
+  // samples, as microscopes and X-ray detectors write it). 0: not given.
+  int max_value = 0;
+  std::string max_value_from;  // the tag that gave max_value ("SMaxSampleValue", "MaxSampleValue")
   std::string photometric;  // "min-is-black", "min-is-white", "rgb", "ycbcr"
   bool planar_separate = false;
   std::vector<LevelInfo> levels;  // levels[0] is full resolution, then coarser
@@ -43,6 +48,9 @@ struct ImageInfo {
   int64_t width() const { return levels.at(0).width; }
   int64_t height() const { return levels.at(0).height; }
   int cv_type() const;  // CV_8UC1 ... CV_16UC3
+  // What a pixel is divided by to reach [0, 1]: max_value when given, else 2^bits - 1.
+  // The thumbnail (background filter) and the network use this same scale.
+  int full_scale() const;
 };
 
 // Regions larger than this are refused rather than allocated: callers read tiles,

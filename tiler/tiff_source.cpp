@@ -1,6 +1,7 @@
 #include "tiler/tiff_source.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <optional>
@@ -52,6 +53,8 @@ struct Directory {
   LevelInfo level;
   TiffSource::LevelStorage storage;
   int channels = 0, bits = 0;
+  int max_value = 0;
+  std::string max_value_from;
   std::string photometric;
   bool reduced = false;  // NewSubfileType says "reduced-resolution version"
 };
@@ -104,7 +107,10 @@ std::optional<Directory> describe(TIFF* tif, uint64_t file_size, std::string& wh
     return std::nullopt;
   }
   if (bits != 8 && bits != 16) {
-    why = fmt::format("{} bits per sample is not supported (8 or 16 only)", bits);
+    why = fmt::format("{} bits per sample is not supported (8 or 16 only{})", bits,
+                      bits == 10 || bits == 12 || bits == 14
+                          ? "; store the samples in 16 bits with MaxSampleValue or SMaxSampleValue giving their range"
+                          : "");
     return std::nullopt;
   }
   if (planar != PLANARCONFIG_CONTIG && planar != PLANARCONFIG_SEPARATE) {
@@ -112,6 +118,18 @@ std::optional<Directory> describe(TIFF* tif, uint64_t file_size, std::string& wh
     return std::nullopt;
   }
   d.bits = bits;
+  // Data of fewer bits in 16-bit samples: the header's declared maximum, when it is
+  // a real one (below the storage's limit, above 0), is full brightness.
+  const int storage_max = (1 << bits) - 1;
+  double smax = 0;
+  uint16_t max_sample = 0;
+  if (TIFFGetField(tif, TIFFTAG_SMAXSAMPLEVALUE, &smax) && smax >= 1 && smax < storage_max) {
+    d.max_value = static_cast<int>(std::lround(smax));
+    d.max_value_from = "SMaxSampleValue";
+  } else if (TIFFGetField(tif, TIFFTAG_MAXSAMPLEVALUE, &max_sample) && max_sample >= 1 && max_sample < storage_max) {
+    d.max_value = max_sample;
+    d.max_value_from = "MaxSampleValue";
+  }
   d.storage.samples_per_pixel = spp;
   d.storage.separate_planes = planar == PLANARCONFIG_SEPARATE && spp > 1;
   switch (photometric) {
@@ -286,6 +304,8 @@ TiffSource::TiffSource(const std::string& path, BlockCache* cache)
   info_.format = TIFFIsBigTIFF(tif) ? "bigtiff" : "tiff";
   info_.channels = full->channels;
   info_.bits = full->bits;
+  info_.max_value = full->max_value;
+  info_.max_value_from = full->max_value_from;
   info_.photometric = full->photometric;
   info_.planar_separate = full->storage.separate_planes;
 
