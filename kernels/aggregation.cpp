@@ -1,13 +1,8 @@
 #include "kernels/aggregation.hpp"
 
+#include "kernels/backend_table.hpp"
 #include "kernels/core/error.hpp"
 #include "kernels/core/tensor_checks.hpp"
-#include "kernels/cpu/aggregation.hpp"
-#include "kernels/reference/aggregation.hpp"
-
-#ifdef BIGTRAIN_HAVE_CUDA
-#include "kernels/cuda/aggregation.hpp"
-#endif
 
 namespace bigtrain::kernels {
 namespace {
@@ -33,45 +28,33 @@ void expect_vector(const Tensor& v, Backend backend, const char* op, const char*
   expect_f32(v, v.shape(), backend, op, argument);
 }
 
-#ifndef BIGTRAIN_HAVE_CUDA
-[[noreturn]] void no_cuda(const char* op) { throw Error(fmt::format("{}: this build has no CUDA backend", op)); }
-#endif
-
 }  // namespace
 
-#ifdef BIGTRAIN_HAVE_CUDA
-#define BT_DISPATCH_CUDA(op, ...) return cuda::op(__VA_ARGS__)
-#else
-#define BT_DISPATCH_CUDA(op, ...) no_cuda(#op)
-#endif
-#define BT_DISPATCH(op, ...)                                      \
-  switch (backend) {                                              \
-    case Backend::reference: return reference::op(__VA_ARGS__);   \
-    case Backend::cpu: return cpu::op(__VA_ARGS__);               \
-    case Backend::cuda: BT_DISPATCH_CUDA(op, __VA_ARGS__);        \
-  }
-
 void mean_rows_forward(Backend backend, const Tensor& h, Tensor& z) {
+  const BackendTable& table = dispatch(Op::mean_rows, backend, h.dtype());
   expect_features(h, backend, "mean_rows_forward");
   expect_f32(z, {h.dim(1)}, backend, "mean_rows_forward", "z");
-  BT_DISPATCH(mean_rows_forward, h, z);
+  table.mean_rows_forward(h, z);
 }
 
 void mean_rows_backward(Backend backend, const Tensor& dz, Tensor& dh) {
+  const BackendTable& table = dispatch(Op::mean_rows, backend, dz.dtype());
   expect_features(dh, backend, "mean_rows_backward");
   expect_f32(dz, {dh.dim(1)}, backend, "mean_rows_backward", "dz");
-  BT_DISPATCH(mean_rows_backward, dz, dh);
+  table.mean_rows_backward(dz, dh);
 }
 
 void max_rows_forward(Backend backend, const Tensor& h, Tensor& z, Tensor& argmax) {
+  const BackendTable& table = dispatch(Op::max_rows, backend, h.dtype());
   expect_features(h, backend, "max_rows_forward");
   expect_f32(z, {h.dim(1)}, backend, "max_rows_forward", "z");
   expect_tensor(argmax, {h.dim(1)}, backend, "max_rows_forward", "argmax");
   BT_CHECK(argmax.dtype() == DType::i32, "max_rows_forward: `argmax` must be int32, got {}", dtype_name(argmax.dtype()));
-  BT_DISPATCH(max_rows_forward, h, z, argmax);
+  table.max_rows_forward(h, z, argmax);
 }
 
 void max_rows_backward(Backend backend, const Tensor& dz, const Tensor& argmax, Tensor& dh) {
+  const BackendTable& table = dispatch(Op::max_rows, backend, dz.dtype());
   expect_features(dh, backend, "max_rows_backward");
   expect_f32(dz, {dh.dim(1)}, backend, "max_rows_backward", "dz");
   expect_tensor(argmax, {dh.dim(1)}, backend, "max_rows_backward", "argmax");
@@ -83,73 +66,79 @@ void max_rows_backward(Backend backend, const Tensor& dz, const Tensor& argmax, 
       BT_CHECK(where[j] >= 0 && where[j] < dh.dim(0), "max_rows_backward: argmax[{}] = {} is not a row of {} rows", j,
                where[j], dh.dim(0));
   }
-  BT_DISPATCH(max_rows_backward, dz, argmax, dh);
+  table.max_rows_backward(dz, argmax, dh);
 }
 
 void tanh_forward(Backend backend, const Tensor& x, Tensor& y) {
+  const BackendTable& table = dispatch(Op::tanh, backend, x.dtype());
   expect_f32(x, x.shape(), backend, "tanh_forward", "x");
   expect_f32(y, x.shape(), backend, "tanh_forward", "y");
-  BT_DISPATCH(tanh_forward, x, y);
+  table.tanh_forward(x, y);
 }
 
 void tanh_backward(Backend backend, const Tensor& y, const Tensor& dy, Tensor& dx) {
+  const BackendTable& table = dispatch(Op::tanh, backend, y.dtype());
   expect_f32(y, y.shape(), backend, "tanh_backward", "y");
   expect_f32(dy, y.shape(), backend, "tanh_backward", "dy");
   expect_f32(dx, y.shape(), backend, "tanh_backward", "dx");
-  BT_DISPATCH(tanh_backward, y, dy, dx);
+  table.tanh_backward(y, dy, dx);
 }
 
 void sigmoid_forward(Backend backend, const Tensor& x, Tensor& y) {
+  const BackendTable& table = dispatch(Op::sigmoid, backend, x.dtype());
   expect_f32(x, x.shape(), backend, "sigmoid_forward", "x");
   expect_f32(y, x.shape(), backend, "sigmoid_forward", "y");
-  BT_DISPATCH(sigmoid_forward, x, y);
+  table.sigmoid_forward(x, y);
 }
 
 void sigmoid_backward(Backend backend, const Tensor& y, const Tensor& dy, Tensor& dx) {
+  const BackendTable& table = dispatch(Op::sigmoid, backend, y.dtype());
   expect_f32(y, y.shape(), backend, "sigmoid_backward", "y");
   expect_f32(dy, y.shape(), backend, "sigmoid_backward", "dy");
   expect_f32(dx, y.shape(), backend, "sigmoid_backward", "dx");
-  BT_DISPATCH(sigmoid_backward, y, dy, dx);
+  table.sigmoid_backward(y, dy, dx);
 }
 
 void multiply(Backend backend, const Tensor& a, const Tensor& b, Tensor& out) {
+  const BackendTable& table = dispatch(Op::multiply, backend, a.dtype());
   expect_f32(a, a.shape(), backend, "multiply", "a");
   expect_f32(b, a.shape(), backend, "multiply", "b");
   expect_f32(out, a.shape(), backend, "multiply", "out");
-  BT_DISPATCH(multiply, a, b, out);
+  table.multiply(a, b, out);
 }
 
 void softmax_forward(Backend backend, const Tensor& s, Tensor& a) {
+  const BackendTable& table = dispatch(Op::softmax, backend, s.dtype());
   expect_vector(s, backend, "softmax_forward", "s");
   expect_f32(a, s.shape(), backend, "softmax_forward", "a");
-  BT_DISPATCH(softmax_forward, s, a);
+  table.softmax_forward(s, a);
 }
 
 void softmax_backward(Backend backend, const Tensor& a, const Tensor& da, Tensor& ds) {
+  const BackendTable& table = dispatch(Op::softmax, backend, a.dtype());
   expect_vector(a, backend, "softmax_backward", "a");
   expect_f32(da, a.shape(), backend, "softmax_backward", "da");
   expect_f32(ds, a.shape(), backend, "softmax_backward", "ds");
-  BT_DISPATCH(softmax_backward, a, da, ds);
+  table.softmax_backward(a, da, ds);
 }
 
 void weighted_sum_rows_forward(Backend backend, const Tensor& a, const Tensor& h, Tensor& z) {
+  const BackendTable& table = dispatch(Op::weighted_sum_rows, backend, h.dtype());
   expect_features(h, backend, "weighted_sum_rows_forward");
   expect_f32(a, {h.dim(0)}, backend, "weighted_sum_rows_forward", "a");
   expect_f32(z, {h.dim(1)}, backend, "weighted_sum_rows_forward", "z");
-  BT_DISPATCH(weighted_sum_rows_forward, a, h, z);
+  table.weighted_sum_rows_forward(a, h, z);
 }
 
 void weighted_sum_rows_backward(Backend backend, const Tensor& a, const Tensor& h, const Tensor& dz, Tensor& da,
                                 Tensor& dh) {
+  const BackendTable& table = dispatch(Op::weighted_sum_rows, backend, h.dtype());
   expect_features(h, backend, "weighted_sum_rows_backward");
   expect_f32(a, {h.dim(0)}, backend, "weighted_sum_rows_backward", "a");
   expect_f32(dz, {h.dim(1)}, backend, "weighted_sum_rows_backward", "dz");
   expect_f32(da, {h.dim(0)}, backend, "weighted_sum_rows_backward", "da");
   expect_f32(dh, h.shape(), backend, "weighted_sum_rows_backward", "dh");
-  BT_DISPATCH(weighted_sum_rows_backward, a, h, dz, da, dh);
+  table.weighted_sum_rows_backward(a, h, dz, da, dh);
 }
-
-#undef BT_DISPATCH
-#undef BT_DISPATCH_CUDA
 
 }  // namespace bigtrain::kernels

@@ -2,17 +2,9 @@
 
 #include <cmath>
 
+#include "kernels/backend_table.hpp"
 #include "kernels/core/error.hpp"
 #include "kernels/core/tensor_checks.hpp"
-#include "kernels/cpu/batch_norm.hpp"
-#include "kernels/reference/batch_norm.hpp"
-
-// The CUDA backend adds kernels/cuda/batch_norm.hpp declaring cuda::make_batch_norm(spec);
-// until it exists a CUDA build still compiles and asking for the op is an error.
-#if defined(BIGTRAIN_HAVE_CUDA) && __has_include("kernels/cuda/batch_norm.hpp")
-#include "kernels/cuda/batch_norm.hpp"
-#define BIGTRAIN_CUDA_BATCH_NORM 1
-#endif
 
 namespace bigtrain::kernels {
 
@@ -34,6 +26,7 @@ class CheckedBatchNorm2d final : public BatchNorm2d {
 
   void forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y, Tensor& save_mean,
                         Tensor& save_invstd, Tensor* running_mean, Tensor* running_var, float momentum) override {
+    require_support(Op::batch_norm, backend_, x.dtype());
     // As PyTorch: a variance from one value per channel is meaningless (and the
     // unbiased running variance would divide by zero).
     BT_CHECK(spec_.batch * spec_.height * spec_.width > 1,
@@ -55,6 +48,7 @@ class CheckedBatchNorm2d final : public BatchNorm2d {
   }
   void forward_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
                          const Tensor& running_var, Tensor& y) override {
+    require_support(Op::batch_norm, backend_, x.dtype());
     expect_data(x, "x");
     expect_channel(gamma, "gamma");
     expect_channel(beta, "beta");
@@ -65,6 +59,7 @@ class CheckedBatchNorm2d final : public BatchNorm2d {
   }
   void backward_training(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& save_mean,
                          const Tensor& save_invstd, Tensor& dx, Tensor& dgamma, Tensor& dbeta) override {
+    require_support(Op::batch_norm, backend_, x.dtype());
     expect_data(x, "x");
     expect_data(dy, "dy");
     expect_channel(gamma, "gamma");
@@ -77,6 +72,7 @@ class CheckedBatchNorm2d final : public BatchNorm2d {
   }
   void backward_inference(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& running_mean,
                           const Tensor& running_var, Tensor& dx, Tensor& dgamma, Tensor& dbeta) override {
+    require_support(Op::batch_norm, backend_, x.dtype());
     expect_data(x, "x");
     expect_data(dy, "dy");
     expect_channel(gamma, "gamma");
@@ -102,27 +98,13 @@ class CheckedBatchNorm2d final : public BatchNorm2d {
   std::unique_ptr<BatchNorm2d> impl_;
 };
 
-std::unique_ptr<BatchNorm2d> make_backend(Backend backend, const BatchNormSpec& spec) {
-  switch (backend) {
-    case Backend::reference: return reference::make_batch_norm(spec);
-    case Backend::cpu: return cpu::make_batch_norm(spec);
-    case Backend::cuda:
-#if defined(BIGTRAIN_CUDA_BATCH_NORM)
-      return cuda::make_batch_norm(spec);
-#elif defined(BIGTRAIN_HAVE_CUDA)
-      throw Error("batch_norm: the cuda backend has no batch_norm implementation yet (kernels/cuda/batch_norm.hpp is missing)");
-#else
-      throw Error("batch_norm: the cuda backend was requested, but this build has no CUDA backend");
-#endif
-  }
-  throw Error("batch_norm: unknown backend");
-}
-
 }  // namespace
 
 std::unique_ptr<BatchNorm2d> make_batch_norm(Backend backend, const BatchNormSpec& spec) {
+  // Built for float32 tensors; each call asks again with its tensors' dtype.
+  const BackendTable& table = dispatch(Op::batch_norm, backend, DType::f32);
   validate(spec);
-  return std::make_unique<CheckedBatchNorm2d>(backend, spec, make_backend(backend, spec));
+  return std::make_unique<CheckedBatchNorm2d>(backend, spec, table.make_batch_norm(spec));
 }
 
 }  // namespace bigtrain::kernels

@@ -1,16 +1,8 @@
 #include "kernels/conv2d.hpp"
 
+#include "kernels/backend_table.hpp"
 #include "kernels/core/error.hpp"
 #include "kernels/core/tensor_checks.hpp"
-#include "kernels/cpu/conv2d.hpp"
-#include "kernels/reference/conv2d.hpp"
-
-// The CUDA backend adds kernels/cuda/conv2d.hpp declaring cuda::make_conv2d(spec);
-// until it exists a CUDA build still compiles and asking for the op is an error.
-#if defined(BIGTRAIN_HAVE_CUDA) && __has_include("kernels/cuda/conv2d.hpp")
-#include "kernels/cuda/conv2d.hpp"
-#define BIGTRAIN_CUDA_CONV2D 1
-#endif
 
 namespace bigtrain::kernels {
 
@@ -82,34 +74,12 @@ class CheckedConv2d final : public Conv2d {
   std::unique_ptr<Conv2d> impl_;
 };
 
-std::unique_ptr<Conv2d> make_backend(Backend backend, const Conv2dSpec& spec) {
-  switch (backend) {
-    case Backend::reference: return reference::make_conv2d(spec);
-    case Backend::cpu:
-      // oneDNN's bf16 convolutions need AVX-512 (or AMX), which the machines this
-      // backend is developed and tested on lack, so code for them could never be run.
-      BT_CHECK(spec.compute_dtype == DType::f32,
-               "conv2d: compute type {} on the CPU is not implemented (train.precision bf16/fp16 on the "
-               "CPU): the CPU backend computes in float32; use device: cuda, or train.precision fp32",
-               dtype_name(spec.compute_dtype));
-      return cpu::make_conv2d(spec);
-    case Backend::cuda:
-#if defined(BIGTRAIN_CUDA_CONV2D)
-      return cuda::make_conv2d(spec);
-#elif defined(BIGTRAIN_HAVE_CUDA)
-      throw Error("conv2d: the cuda backend has no conv2d implementation yet (kernels/cuda/conv2d.hpp is missing)");
-#else
-      throw Error("conv2d: the cuda backend was requested, but this build has no CUDA backend");
-#endif
-  }
-  throw Error("conv2d: unknown backend");
-}
-
 }  // namespace
 
 std::unique_ptr<Conv2d> make_conv2d(Backend backend, const Conv2dSpec& spec) {
+  const BackendTable& table = dispatch(Op::conv2d, backend, spec.compute_dtype);
   spec.validate();
-  return std::make_unique<CheckedConv2d>(backend, spec, make_backend(backend, spec));
+  return std::make_unique<CheckedConv2d>(backend, spec, table.make_conv2d(spec));
 }
 
 }  // namespace bigtrain::kernels

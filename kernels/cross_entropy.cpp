@@ -1,13 +1,8 @@
 #include "kernels/cross_entropy.hpp"
 
+#include "kernels/backend_table.hpp"
 #include "kernels/core/error.hpp"
 #include "kernels/core/tensor_checks.hpp"
-#include "kernels/cpu/cross_entropy.hpp"
-#include "kernels/reference/cross_entropy.hpp"
-
-#ifdef BIGTRAIN_HAVE_CUDA
-#include "kernels/cuda/cross_entropy.hpp"
-#endif
 
 namespace bigtrain::kernels {
 namespace {
@@ -21,6 +16,7 @@ void expect_dtype(const Tensor& tensor, DType dtype, const char* argument) {
 
 float cross_entropy(Backend backend, const Tensor& logits, const Tensor& targets, const Tensor* class_weights,
                     const CrossEntropyOptions& options, Tensor& dlogits, Tensor* probabilities) {
+  const BackendTable& table = dispatch(Op::cross_entropy, backend, logits.dtype());
   BT_CHECK(logits.defined() && logits.rank() == 2 && logits.dim(0) >= 1 && logits.dim(1) >= 1,
            "cross_entropy: logits must be [N,C] with N, C >= 1, got {}",
            logits.defined() ? logits.describe() : std::string("undefined"));
@@ -41,18 +37,7 @@ float cross_entropy(Backend backend, const Tensor& logits, const Tensor& targets
   }
   BT_CHECK(options.label_smoothing >= 0.0f && options.label_smoothing <= 1.0f,
            "cross_entropy: label_smoothing {} must lie in [0, 1]", options.label_smoothing);
-  switch (backend) {
-    case Backend::reference:
-      return reference::cross_entropy(logits, targets, class_weights, options, dlogits, probabilities);
-    case Backend::cpu: return cpu::cross_entropy(logits, targets, class_weights, options, dlogits, probabilities);
-    case Backend::cuda:
-#ifdef BIGTRAIN_HAVE_CUDA
-      return cuda::cross_entropy(logits, targets, class_weights, options, dlogits, probabilities);
-#else
-      throw Error("cross_entropy: this build has no CUDA backend");
-#endif
-  }
-  return 0.0f;
+  return table.cross_entropy(logits, targets, class_weights, options, dlogits, probabilities);
 }
 
 }  // namespace bigtrain::kernels

@@ -1,16 +1,8 @@
 #include "kernels/linear.hpp"
 
+#include "kernels/backend_table.hpp"
 #include "kernels/core/error.hpp"
 #include "kernels/core/tensor_checks.hpp"
-#include "kernels/cpu/linear.hpp"
-#include "kernels/reference/linear.hpp"
-
-// The CUDA backend adds kernels/cuda/linear.hpp declaring cuda::make_linear(spec);
-// until it exists a CUDA build still compiles and asking for the op is an error.
-#if defined(BIGTRAIN_HAVE_CUDA) && __has_include("kernels/cuda/linear.hpp")
-#include "kernels/cuda/linear.hpp"
-#define BIGTRAIN_CUDA_LINEAR 1
-#endif
 
 namespace bigtrain::kernels {
 
@@ -60,37 +52,16 @@ class CheckedLinear final : public Linear {
   std::unique_ptr<Linear> impl_;
 };
 
-std::unique_ptr<Linear> make_backend(Backend backend, const LinearSpec& spec) {
-  switch (backend) {
-    case Backend::reference: return reference::make_linear(spec);
-    case Backend::cpu:
-      // As conv2d: oneDNN's bf16 needs AVX-512, absent where this backend is tested.
-      BT_CHECK(spec.compute_dtype == DType::f32,
-               "linear: compute type {} on the CPU is not implemented (train.precision bf16/fp16 on the "
-               "CPU): the CPU backend computes in float32; use device: cuda, or train.precision fp32",
-               dtype_name(spec.compute_dtype));
-      return cpu::make_linear(spec);
-    case Backend::cuda:
-#if defined(BIGTRAIN_CUDA_LINEAR)
-      return cuda::make_linear(spec);
-#elif defined(BIGTRAIN_HAVE_CUDA)
-      throw Error("linear: the cuda backend has no linear implementation yet (kernels/cuda/linear.hpp is missing)");
-#else
-      throw Error("linear: the cuda backend was requested, but this build has no CUDA backend");
-#endif
-  }
-  throw Error("linear: unknown backend");
-}
-
 }  // namespace
 
 std::unique_ptr<Linear> make_linear(Backend backend, const LinearSpec& spec) {
+  const BackendTable& table = dispatch(Op::linear, backend, spec.compute_dtype);
   BT_CHECK(spec.batch >= 1 && spec.in_features >= 1 && spec.out_features >= 1,
            "linear: batch {}, in_features {} and out_features {} must all be positive", spec.batch,
            spec.in_features, spec.out_features);
   BT_CHECK(spec.compute_dtype == DType::f32 || spec.compute_dtype == DType::bf16 || spec.compute_dtype == DType::f16,
            "linear: compute type {} is not one of float32, bfloat16, float16", dtype_name(spec.compute_dtype));
-  return std::make_unique<CheckedLinear>(backend, spec, make_backend(backend, spec));
+  return std::make_unique<CheckedLinear>(backend, spec, table.make_linear(spec));
 }
 
 }  // namespace bigtrain::kernels

@@ -1,13 +1,8 @@
 #include "kernels/optimizer_update.hpp"
 
+#include "kernels/backend_table.hpp"
 #include "kernels/core/error.hpp"
 #include "kernels/core/tensor_checks.hpp"
-#include "kernels/cpu/optimizer_update.hpp"
-#include "kernels/reference/optimizer_update.hpp"
-
-#ifdef BIGTRAIN_HAVE_CUDA
-#include "kernels/cuda/optimizer_update.hpp"
-#endif
 
 namespace bigtrain::kernels {
 namespace {
@@ -18,16 +13,11 @@ void expect_state(const Tensor& tensor, const Shape& shape, Backend backend, con
            dtype_name(tensor.dtype()));
 }
 
-#ifndef BIGTRAIN_HAVE_CUDA
-[[noreturn]] void no_cuda_optimizer(const char* op) {
-  throw Error(fmt::format("{}: this build has no CUDA backend", op));
-}
-#endif
-
 }  // namespace
 
 void sgd_update(Backend backend, const SgdHyper& hyper, bool first_step, Tensor& param, const Tensor& grad,
                 Tensor& momentum_buffer) {
+  const BackendTable& table = dispatch(Op::sgd_update, backend, param.dtype());
   // The same rules torch.optim.SGD's constructor enforces.
   BT_CHECK(hyper.lr >= 0.0, "sgd_update: learning rate {} must be >= 0", hyper.lr);
   BT_CHECK(hyper.momentum >= 0.0, "sgd_update: momentum {} must be >= 0", hyper.momentum);
@@ -40,20 +30,12 @@ void sgd_update(Backend backend, const SgdHyper& hyper, bool first_step, Tensor&
   expect_state(grad, param.shape(), backend, "sgd_update", "grad");
   // Without momentum there is no buffer to keep, as in PyTorch.
   if (hyper.momentum != 0.0) expect_state(momentum_buffer, param.shape(), backend, "sgd_update", "momentum_buffer");
-  switch (backend) {
-    case Backend::reference: return reference::sgd_update(hyper, first_step, param, grad, momentum_buffer);
-    case Backend::cpu: return cpu::sgd_update(hyper, first_step, param, grad, momentum_buffer);
-    case Backend::cuda:
-#ifdef BIGTRAIN_HAVE_CUDA
-      return cuda::sgd_update(hyper, first_step, param, grad, momentum_buffer);
-#else
-      no_cuda_optimizer("sgd_update");
-#endif
-  }
+  table.sgd_update(hyper, first_step, param, grad, momentum_buffer);
 }
 
 void adamw_update(Backend backend, const AdamWHyper& hyper, std::int64_t step, Tensor& param, const Tensor& grad,
                   Tensor& exp_avg, Tensor& exp_avg_sq) {
+  const BackendTable& table = dispatch(Op::adamw_update, backend, param.dtype());
   // The same rules torch.optim.AdamW's constructor enforces, plus the 1-based step.
   BT_CHECK(hyper.lr >= 0.0, "adamw_update: learning rate {} must be >= 0", hyper.lr);
   BT_CHECK(hyper.epsilon >= 0.0, "adamw_update: epsilon {} must be >= 0", hyper.epsilon);
@@ -66,16 +48,7 @@ void adamw_update(Backend backend, const AdamWHyper& hyper, std::int64_t step, T
   expect_state(grad, param.shape(), backend, "adamw_update", "grad");
   expect_state(exp_avg, param.shape(), backend, "adamw_update", "exp_avg");
   expect_state(exp_avg_sq, param.shape(), backend, "adamw_update", "exp_avg_sq");
-  switch (backend) {
-    case Backend::reference: return reference::adamw_update(hyper, step, param, grad, exp_avg, exp_avg_sq);
-    case Backend::cpu: return cpu::adamw_update(hyper, step, param, grad, exp_avg, exp_avg_sq);
-    case Backend::cuda:
-#ifdef BIGTRAIN_HAVE_CUDA
-      return cuda::adamw_update(hyper, step, param, grad, exp_avg, exp_avg_sq);
-#else
-      no_cuda_optimizer("adamw_update");
-#endif
-  }
+  table.adamw_update(hyper, step, param, grad, exp_avg, exp_avg_sq);
 }
 
 }  // namespace bigtrain::kernels

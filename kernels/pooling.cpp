@@ -1,13 +1,8 @@
 #include "kernels/pooling.hpp"
 
+#include "kernels/backend_table.hpp"
 #include "kernels/core/error.hpp"
 #include "kernels/core/tensor_checks.hpp"
-#include "kernels/cpu/pooling.hpp"
-#include "kernels/reference/pooling.hpp"
-
-#ifdef BIGTRAIN_HAVE_CUDA
-#include "kernels/cuda/pooling.hpp"
-#endif
 
 namespace bigtrain::kernels {
 namespace {
@@ -40,6 +35,7 @@ class CheckedPool2d final : public Pool2d {
       : backend_(backend), spec_(spec), inner_(std::move(inner)) {}
 
   Tensor forward(const Tensor& x, Tensor& y, bool training) override {
+    require_support(Op::pool2d, backend_, x.dtype());
     expect_tensor(x, spec_.input_shape(), backend_, "pool2d forward", "x");
     expect_tensor(y, spec_.output_shape(), backend_, "pool2d forward", "y");
     expect_f32(x, "pool2d forward", "x");
@@ -48,6 +44,7 @@ class CheckedPool2d final : public Pool2d {
   }
 
   void backward(const Tensor& dy, const Tensor& workspace, Tensor& dx) override {
+    require_support(Op::pool2d, backend_, dy.dtype());
     expect_tensor(dy, spec_.output_shape(), backend_, "pool2d backward", "dy");
     expect_tensor(dx, spec_.input_shape(), backend_, "pool2d backward", "dx");
     expect_f32(dy, "pool2d backward", "dy");
@@ -76,55 +73,25 @@ void expect_global_pool_shapes(Backend backend, const Tensor& nchw, const Tensor
   expect_f32(nc, op, "[N,C] tensor");
 }
 
-#ifndef BIGTRAIN_HAVE_CUDA
-[[noreturn]] void no_cuda_pooling() { throw Error("pooling: this build has no CUDA backend"); }
-#endif
-
 }  // namespace
 
 std::unique_ptr<Pool2d> make_pool2d(Backend backend, const Pool2dSpec& spec) {
+  // Built for float32 tensors; each call asks again with its tensors' dtype.
+  const BackendTable& table = dispatch(Op::pool2d, backend, DType::f32);
   validate(spec);
-  std::unique_ptr<Pool2d> inner;
-  switch (backend) {
-    case Backend::reference: inner = reference::make_pool2d(spec); break;
-    case Backend::cpu: inner = cpu::make_pool2d(spec); break;
-    case Backend::cuda:
-#ifdef BIGTRAIN_HAVE_CUDA
-      inner = cuda::make_pool2d(spec);
-      break;
-#else
-      no_cuda_pooling();
-#endif
-  }
-  return std::make_unique<CheckedPool2d>(backend, spec, std::move(inner));
+  return std::make_unique<CheckedPool2d>(backend, spec, table.make_pool2d(spec));
 }
 
 void global_avg_pool_forward(Backend backend, const Tensor& x, Tensor& y) {
+  const BackendTable& table = dispatch(Op::global_avg_pool, backend, x.dtype());
   expect_global_pool_shapes(backend, x, y, "global_avg_pool forward");
-  switch (backend) {
-    case Backend::reference: return reference::global_avg_pool_forward(x, y);
-    case Backend::cpu: return cpu::global_avg_pool_forward(x, y);
-    case Backend::cuda:
-#ifdef BIGTRAIN_HAVE_CUDA
-      return cuda::global_avg_pool_forward(x, y);
-#else
-      no_cuda_pooling();
-#endif
-  }
+  table.global_avg_pool_forward(x, y);
 }
 
 void global_avg_pool_backward(Backend backend, const Tensor& dy, Tensor& dx) {
+  const BackendTable& table = dispatch(Op::global_avg_pool, backend, dy.dtype());
   expect_global_pool_shapes(backend, dx, dy, "global_avg_pool backward");
-  switch (backend) {
-    case Backend::reference: return reference::global_avg_pool_backward(dy, dx);
-    case Backend::cpu: return cpu::global_avg_pool_backward(dy, dx);
-    case Backend::cuda:
-#ifdef BIGTRAIN_HAVE_CUDA
-      return cuda::global_avg_pool_backward(dy, dx);
-#else
-      no_cuda_pooling();
-#endif
-  }
+  table.global_avg_pool_backward(dy, dx);
 }
 
 }  // namespace bigtrain::kernels
