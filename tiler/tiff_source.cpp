@@ -19,7 +19,7 @@ namespace {
 // says so is corrupt or hostile, and refusing it early keeps every later size
 // computation far from overflow.
 constexpr int64_t kMaxSide = int64_t{1} << 20;
-// One decoded tile or strip must fit comfortably in memory next to its siblings
+// One decoded block (TIFF tile or strip) must fit comfortably in memory next to its siblings
 // being decoded on other threads.
 constexpr int64_t kMaxBlockBytes = int64_t{256} << 20;
 // Bounds the walk over a (possibly looping or absurdly long) directory chain.
@@ -180,20 +180,20 @@ std::optional<Directory> describe(TIFF* tif, uint64_t file_size, std::string& wh
   const int64_t block_samples = d.storage.separate_planes ? 1 : spp;
   int64_t blocks = 0;
   if (TIFFIsTiled(tif)) {
-    uint32_t tile_w = 0, tile_h = 0;
-    TIFFGetField(tif, TIFFTAG_TILEWIDTH, &tile_w);
-    TIFFGetField(tif, TIFFTAG_TILELENGTH, &tile_h);
-    if (tile_w == 0 || tile_h == 0 || tile_w > kMaxSide || tile_h > kMaxSide ||
-        int64_t{tile_w} * tile_h * block_samples * bytes_per_sample > kMaxBlockBytes) {
-      why = fmt::format("invalid tile size {}x{}", tile_w, tile_h);
+    uint32_t block_w = 0, block_h = 0;
+    TIFFGetField(tif, TIFFTAG_TILEWIDTH, &block_w);
+    TIFFGetField(tif, TIFFTAG_TILELENGTH, &block_h);
+    if (block_w == 0 || block_h == 0 || block_w > kMaxSide || block_h > kMaxSide ||
+        int64_t{block_w} * block_h * block_samples * bytes_per_sample > kMaxBlockBytes) {
+      why = fmt::format("invalid TIFF tile (block) size {}x{}", block_w, block_h);
       return std::nullopt;
     }
     d.level.layout = Layout::tiled;
-    d.level.block_width = static_cast<int>(tile_w);
-    d.level.block_height = static_cast<int>(tile_h);
+    d.level.block_width = static_cast<int>(block_w);
+    d.level.block_height = static_cast<int>(block_h);
     blocks = int64_t{TIFFNumberOfTiles(tif)};
-    d.storage.blocks_across = static_cast<uint32_t>((d.width + tile_w - 1) / tile_w);
-    d.storage.blocks_per_plane = d.storage.blocks_across * static_cast<uint32_t>((d.height + tile_h - 1) / tile_h);
+    d.storage.blocks_across = static_cast<uint32_t>((d.width + block_w - 1) / block_w);
+    d.storage.blocks_per_plane = d.storage.blocks_across * static_cast<uint32_t>((d.height + block_h - 1) / block_h);
   } else {
     uint32_t rows = field_or<uint32_t>(tif, TIFFTAG_ROWSPERSTRIP, height);
     rows = std::min<uint32_t>(std::max<uint32_t>(rows, 1), height);

@@ -139,7 +139,7 @@ class LevelWriter {
     if (!ok) h_.fail(fmt::format("cannot set the tags of level {}", level_));
   }
 
-  // Edge tiles are stored full size. Repeating the edge pixels into the padding
+  // Edge blocks are stored full size. Repeating the edge pixels into the padding
   // (rather than zeros) keeps JPEG's blocks smooth, so edge pixels stay accurate.
   static void pad_by_replication(std::vector<uint8_t>& block, const cv::Rect& rect, int64_t bw, int64_t bh, size_t pixel_bytes) {
     const size_t stride = static_cast<size_t>(bw) * pixel_bytes;
@@ -165,10 +165,10 @@ class LevelWriter {
     if (written < 0) h_.fail(fmt::format("cannot write the block at ({}, {}) of level {}", bx, by, level_));
   }
 
-  // Tiles without compression or with Deflate are encoded here, with zlib, rather
-  // than by libtiff, for two reasons: several tiles are compressed at once (libtiff
+  // Blocks without compression or with Deflate are encoded here, with zlib, rather
+  // than by libtiff, for two reasons: several blocks are compressed at once (libtiff
   // encodes on the writing thread only; the pixel callback still runs there, in file
-  // order), and a tile of one value throughout (blank slide background, a flat
+  // order), and a block of one value throughout (blank slide background, a flat
   // padding area) is compressed once per value and its bytes reused, which makes
   // writing a mostly-blank 50000x50000 test slide a matter of I/O. The streams are
   // what libtiff's own codec writes: zlib format, after horizontal differencing.
@@ -220,7 +220,7 @@ class LevelWriter {
       }
       const std::vector<uint8_t>& bytes = p.reused != nullptr ? *p.reused : p.encoded;
       if (TIFFWriteRawTile(h_.get(), p.index, const_cast<uint8_t*>(bytes.data()), static_cast<tmsize_t>(bytes.size())) < 0)
-        h_.fail(fmt::format("cannot write tile {} of level {}", p.index, level_));
+        h_.fail(fmt::format("cannot write block {} of level {}", p.index, level_));
     }
     pending_.clear();
   }
@@ -246,7 +246,7 @@ class LevelWriter {
     uLongf size = compressBound(static_cast<uLong>(raw.size()));
     std::vector<uint8_t> out(size);
     if (compress2(out.data(), &size, raw.data(), static_cast<uLong>(raw.size()), o_.deflate_level) != Z_OK)
-      throw Error(fmt::format("{}: zlib failed to compress a tile of level {}", h_.path(), level_));
+      throw Error(fmt::format("{}: zlib failed to compress a block of level {}", h_.path(), level_));
     out.resize(size);
     return out;
   }
