@@ -87,6 +87,18 @@ void require_support(Op op, Backend backend, DType dtype, std::string_view conte
   throw Error(context.empty() ? why : fmt::format("{}: {}", context, why));
 }
 
+DType op_dtype(Op op, DType compute_dtype) {
+  return op == Op::conv2d || op == Op::linear ? compute_dtype : DType::f32;
+}
+
+std::string why_backend_cannot_run(Backend backend, DType compute_dtype) {
+  for (Op op : all_ops()) {
+    std::string why = why_unsupported(op, backend, op_dtype(op, compute_dtype));
+    if (!why.empty()) return why;
+  }
+  return {};
+}
+
 const BackendTable& dispatch(Op op, Backend backend, DType dtype) {
   const BackendTable* table = table_of(backend);
   if (table == nullptr || !table->supports(op, dtype)) require_support(op, backend, dtype);  // throws

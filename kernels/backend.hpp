@@ -56,4 +56,14 @@ std::string why_unsupported(Op op, Backend backend, DType dtype);
 // `context` (e.g. "run.yaml: train.precision bf16") starts the message when given.
 void require_support(Op op, Backend backend, DType dtype, std::string_view context = {});
 
+// A run with compute type `compute_dtype` (train.precision): conv2d and linear take
+// it (Conv2dSpec::compute_dtype), every other op computes in float32.
+DType op_dtype(Op op, DType compute_dtype);
+
+// Empty when `backend` runs every op in op_dtype(op, compute_dtype), else the first
+// refusal (why_unsupported). Asked for every op, not one model's: the layers,
+// aggregators, loss and optimizers use them all between them, and a model built
+// later (a resumed run, another aggregator) must not find a gap.
+std::string why_backend_cannot_run(Backend backend, DType compute_dtype);
+
 }  // namespace bigtrain::kernels

@@ -249,6 +249,22 @@ TEST(BackendSupports, TheRefusalNamesOpBackendDtypeAndTheContext) {
   EXPECT_NO_THROW(require_support(Op::conv2d, Backend::reference, DType::bf16));
 }
 
+TEST(BackendSupports, ARunAsksEveryOpInTheDtypeItComputesIn) {
+  EXPECT_EQ(op_dtype(Op::conv2d, DType::bf16), DType::bf16);
+  EXPECT_EQ(op_dtype(Op::linear, DType::f16), DType::f16);
+  EXPECT_EQ(op_dtype(Op::batch_norm, DType::bf16), DType::f32);
+  EXPECT_EQ(op_dtype(Op::softmax, DType::f16), DType::f32);
+  for (Backend backend : kAllBackends)
+    for (DType compute : {DType::f32, DType::bf16, DType::f16}) {
+      bool all = true;
+      for (Op op : all_ops()) all = all && supports(op, backend, op_dtype(op, compute));
+      const std::string why = why_backend_cannot_run(backend, compute);
+      EXPECT_EQ(why.empty(), all) << backend_name(backend) << " " << dtype_name(compute) << ": " << why;
+    }
+  EXPECT_EQ(why_backend_cannot_run(Backend::cpu, DType::f16),
+            why_unsupported(Op::conv2d, Backend::cpu, DType::f16));  // the first op refused
+}
+
 // Whether `backend` can run here; the reason starts with "hardware: " when only
 // missing hardware stops it (a build without CUDA runs nothing on it: every cuda
 // combination is unsupported and checked as such).
