@@ -6,10 +6,25 @@
 // statistics, dropout draws the same mask from the same seed and offset) while the
 // running statistics move once per batch, as in one ordinary PyTorch step.
 #include <cstdint>
+#include <string>
 
 #include "kernels/core/device.hpp"
+#include "kernels/core/tensor.hpp"
 
 namespace bigtrain::net {
+
+// Sees every ReLU input of a pass before the kink is applied, and may change it in
+// place (a non-in-place ReLU hands the hook a copy, so no other layer's tensor
+// changes). Two backends that round differently can put an input within their
+// rounding difference of 0 on opposite sides of the kink, after which every
+// gradient upstream differs; the whole-network backend comparison
+// (tests/net/relu_kinks.hpp) uses this to find such inputs and set them to exactly 0
+// on both backends. Training and inference leave it unset.
+class ReluInputHook {
+ public:
+  virtual ~ReluInputHook() = default;
+  virtual void before_relu(const std::string& relu_name, Tensor& input) = 0;
+};
 
 struct ForwardContext {
   Backend backend = Backend::cpu;
@@ -39,6 +54,7 @@ struct ForwardContext {
   // tile, where 16 bits would save nothing and cost the attention softmax and the
   // logits their precision.
   DType compute_dtype = DType::f32;
+  ReluInputHook* relu_input_hook = nullptr;
 
   static ForwardContext inference(Backend backend) { return {.backend = backend}; }
   static ForwardContext train(Backend backend) {

@@ -6,8 +6,13 @@
 namespace bigtrain::net {
 
 Tensor ReLU::forward(const Tensor& x, const ForwardContext& ctx) {
-  Tensor y = inplace_ ? x : Tensor::empty(x.shape(), x.dtype(), x.device());
-  kernels::relu_forward(ctx.backend, x, y);
+  Tensor input = x;
+  if (ctx.relu_input_hook) {
+    if (!inplace_) input = x.clone();
+    ctx.relu_input_hook->before_relu(name(), input);
+  }
+  Tensor y = inplace_ ? input : Tensor::empty(input.shape(), input.dtype(), input.device());
+  kernels::relu_forward(ctx.backend, input, y);
   if (ctx.keep_activations) saved_.push_back({ctx.backend, y});
   return y;
 }

@@ -45,7 +45,7 @@ class ResidualBlock : public Layer {
  private:
   std::unique_ptr<Conv2d> downsample_conv_;
   std::unique_ptr<BatchNorm2d> downsample_bn_;
-  ReLU relu_out_{"", /*inplace=*/true};
+  ReLU relu_out_{child_name(*this, "relu_out"), /*inplace=*/true};
   std::vector<Backend> saved_backends_;
 };
 
@@ -64,7 +64,7 @@ class BasicBlock final : public ResidualBlock {
 
   std::unique_ptr<Conv2d> conv1_, conv2_;
   std::unique_ptr<BatchNorm2d> bn1_, bn2_;
-  ReLU relu1_{"", /*inplace=*/true};
+  ReLU relu1_{child_name(*this, "relu1"), /*inplace=*/true};
 };
 
 class Bottleneck final : public ResidualBlock {
@@ -82,7 +82,7 @@ class Bottleneck final : public ResidualBlock {
 
   std::unique_ptr<Conv2d> conv1_, conv2_, conv3_;
   std::unique_ptr<BatchNorm2d> bn1_, bn2_, bn3_;
-  ReLU relu1_{"", /*inplace=*/true}, relu2_{"", /*inplace=*/true};
+  ReLU relu1_{child_name(*this, "relu1"), /*inplace=*/true}, relu2_{child_name(*this, "relu2"), /*inplace=*/true};
 };
 
 }  // namespace bigtrain::net
