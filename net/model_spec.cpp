@@ -73,7 +73,19 @@ void reject_unknown_keys(const YAML::Node& map, std::string_view source, std::st
   }
 }
 
+const std::vector<std::string> kModelKeys = {"preset",      "in_channels",        "width",     "stem",
+                                             "num_classes", "zero_init_residual", "pretrained"};
+const std::vector<std::string> kStemKeys = {"kernel", "stride", "padding", "maxpool"};
+
 }  // namespace
+
+std::vector<std::string> model_spec_keys() {
+  std::vector<std::string> keys;
+  for (const auto& key : kModelKeys)
+    if (key != "stem") keys.push_back(key);
+  for (const auto& key : kStemKeys) keys.push_back("stem." + key);
+  return keys;
+}
 
 const std::vector<std::string>& EncoderSpec::preset_names() {
   static const std::vector<std::string> names = {"resnet18", "resnet34", "resnet50", "resnet101", "resnet20",
@@ -119,8 +131,7 @@ std::int64_t EncoderSpec::feature_dim() const { return scaled(stage_planes.back(
 
 ModelSpec model_spec_from_yaml(const YAML::Node& node, std::string_view source) {
   BT_CHECK(node.IsMap(), "{}: `model` must be a mapping with at least `preset`", location(source, node));
-  reject_unknown_keys(node, source, "model",
-                      {"preset", "in_channels", "width", "stem", "num_classes", "zero_init_residual", "pretrained"});
+  reject_unknown_keys(node, source, "model", kModelKeys);
   ModelSpec spec;
   std::string preset = "resnet18";
   if (node["preset"]) {
@@ -141,7 +152,7 @@ ModelSpec model_spec_from_yaml(const YAML::Node& node, std::string_view source) 
   if (const YAML::Node stem = node["stem"]) {
     BT_CHECK(stem.IsMap(), "{}: model.stem must be a mapping with keys kernel, stride, padding, maxpool",
              location(source, stem));
-    reject_unknown_keys(stem, source, "model.stem", {"kernel", "stride", "padding", "maxpool"});
+    reject_unknown_keys(stem, source, "model.stem", kStemKeys);
     if (stem["kernel"]) {
       encoder.stem.kernel = read_int(stem["kernel"], source, "stem.kernel", 1);
       encoder.stem.padding = encoder.stem.kernel / 2;  // "same"-style unless given

@@ -68,6 +68,9 @@ struct ModelSpec {
 // unknown keys, wrong types and bad values are bigtrain::Error naming source, line
 // and the valid choices.
 ModelSpec model_spec_from_yaml(const YAML::Node& node, std::string_view source);
+// Every key model_spec_from_yaml accepts, the stem's as "stem.kernel" etc. (the
+// table it checks against; docs/config.md is tested against it).
+std::vector<std::string> model_spec_keys();
 ModelSpec model_spec_from_yaml_string(std::string_view yaml, std::string_view source);
 // The resolved spec (preset plus every setting), readable by model_spec_from_yaml.
 YAML::Node to_yaml(const ModelSpec& spec);

@@ -34,7 +34,8 @@ BnCalibration calibrate_batch_norm(net::Encoder& encoder, Backend backend, const
   const StreamStats stats = stream.run(
       schedule,
       [&](std::size_t image) {
-        return plan_image(train[image].path, config.tiler, true, mix_seed(seed, image), mix_seed(~seed, image));
+        return plan_image(train[image].path, config.tiler, true, mix_seed(seed, image), mix_seed(~seed, image),
+                          config.data.max_value);
       },
       [&](const TileBatch& batch) {
         // An image's single leftover tile would weigh as much as a full batch (and a

@@ -4,11 +4,13 @@
 #include <fstream>
 #include <limits>
 #include <memory>
+#include <set>
 #include <sstream>
 
 #include <fmt/format.h>
 
 #include "kernels/core/error.hpp"
+#include "net/model_spec.hpp"
 #include "pipeline/config_reader.hpp"
 #include "pipeline/atomic_file.hpp"
 
@@ -44,6 +46,7 @@ DataConfig read_data(ConfigSection s, const std::filesystem::path& base) {
   for (double v : d.std)
     if (!(v > 0)) s.fail("std", "values must be positive");
   d.on_bad_image = s.get_choice("on_bad_image", d.on_bad_image, {"error", "skip"});
+  d.max_value = s.get_int("max_value", d.max_value, 0, 65535);
   s.finish();
   return d;
 }
@@ -58,6 +61,10 @@ TilerConfig read_tiler(ConfigSection s) {
   t.downsample = s.get_double("downsample", t.downsample, 1.0, 1024.0);
   t.min_foreground = s.get_double("min_foreground", t.min_foreground, 0.0, 1.0);
   t.foreground = s.get_choice("foreground", t.foreground, {"dark", "bright"});
+  t.background = s.get_choice("background", t.background, {"otsu", "fixed", "local_contrast", "none"});
+  t.threshold = s.get_int("threshold", t.threshold, -1, 255);
+  if (t.background == "fixed" && t.threshold < 0) s.fail("threshold", "is required with background: fixed (a grey level 0..255)");
+  if (t.background == "local_contrast" && t.threshold == 0) s.fail("threshold", "must be at least 1 with background: local_contrast (or -1: from the noise)");
   t.max_tiles_per_image = s.get_int("max_tiles_per_image", t.max_tiles_per_image, 0, kIntMax);
   t.resize_size = s.get_int("resize_size", t.resize_size, 8, 1 << 16);
   s.finish();
@@ -204,6 +211,24 @@ Config parse_config(const std::string& yaml_text, const std::string& source_name
   return parse_with_origin(yaml_text, source_name, overrides, std::filesystem::current_path());
 }
 
+std::vector<std::string> known_config_keys() {
+  auto origin = std::make_shared<ConfigOrigin>();
+  origin->file = "<known keys>";
+  origin->asked_keys = std::make_shared<std::set<std::string>>();
+  YAML::Node root = YAML::Load("data: {train: known-keys.csv}");
+  parse_node(root, origin, std::filesystem::current_path());
+  std::set<std::string> keys = *origin->asked_keys;
+  keys.erase("model");  // handed to net's parser, whose table names its keys
+  for (const auto& key : net::model_spec_keys()) keys.insert("model." + key);
+  std::vector<std::string> leaves;
+  for (const auto& key : keys) {
+    const auto next = keys.upper_bound(key);
+    const bool is_section = next != keys.end() && next->starts_with(key + ".");
+    if (!is_section) leaves.push_back(key);
+  }
+  return leaves;
+}
+
 std::string config_to_yaml(const Config& c) {
   YAML::Emitter out;
   out << YAML::BeginMap;
@@ -216,6 +241,7 @@ std::string config_to_yaml(const Config& c) {
   out << YAML::Key << "mean" << YAML::Value << YAML::Flow << c.data.mean;
   out << YAML::Key << "std" << YAML::Value << YAML::Flow << c.data.std;
   out << YAML::Key << "on_bad_image" << YAML::Value << c.data.on_bad_image;
+  out << YAML::Key << "max_value" << YAML::Value << c.data.max_value;
   out << YAML::EndMap;
 
   out << YAML::Key << "tiler" << YAML::Value << YAML::BeginMap;
@@ -227,6 +253,8 @@ std::string config_to_yaml(const Config& c) {
   out << YAML::Key << "downsample" << YAML::Value << c.tiler.downsample;
   out << YAML::Key << "min_foreground" << YAML::Value << c.tiler.min_foreground;
   out << YAML::Key << "foreground" << YAML::Value << c.tiler.foreground;
+  out << YAML::Key << "background" << YAML::Value << c.tiler.background;
+  out << YAML::Key << "threshold" << YAML::Value << c.tiler.threshold;
   out << YAML::Key << "max_tiles_per_image" << YAML::Value << c.tiler.max_tiles_per_image;
   out << YAML::Key << "resize_size" << YAML::Value << c.tiler.resize_size;
   out << YAML::EndMap;

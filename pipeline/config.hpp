@@ -23,6 +23,9 @@ struct DataConfig {
   // Per-channel normalisation after scaling pixels to [0, 1]; one value broadcasts.
   std::vector<double> mean = {0.5};
   std::vector<double> std = {0.25};
+  // The pixel value that is full brightness (1.0 before normalisation) for every
+  // image; 0: each image's own (SMaxSampleValue/MaxSampleValue, else 255 or 65535).
+  std::int64_t max_value = 0;
   std::string on_bad_image = "error";  // error | skip
 };
 
@@ -35,6 +38,13 @@ struct TilerConfig {
   double downsample = 1.0;     // extra downsampling of the read level
   double min_foreground = 0.0; // tiles with a smaller foreground fraction are dropped (0: keep all)
   std::string foreground = "dark";  // dark (tissue on a bright slide) | bright (objects on black)
+  // otsu | fixed | local_contrast | none: how the thumbnail's foreground is found
+  // (tiler/background.hpp); used when min_foreground > 0.
+  std::string background = "otsu";
+  // fixed: the grey level (0..255 on the thumbnail) between background and
+  // foreground; local_contrast: the least departure from the local background, in
+  // grey levels; -1: Otsu's cut / chosen from the noise.
+  std::int64_t threshold = -1;
   std::int64_t max_tiles_per_image = 0;  // training only: random subset of this many tiles (0: all)
   std::int64_t resize_size = 224;        // mode resize only
 };
@@ -124,6 +134,11 @@ struct Config {
 Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
 Config parse_config(const std::string& yaml_text, const std::string& source_name,
                     const std::vector<std::string>& overrides = {});
+
+// Every key a config may hold, dotted ("train.augmentation.flips", "model.stem.kernel"),
+// sorted; sections themselves are left out. Taken from what the reader asks for (and
+// net's model-spec table), so it cannot drift from the code.
+std::vector<std::string> known_config_keys();
 
 // The resolved config as YAML (every default written out); parse_config of it gives
 // the same Config.

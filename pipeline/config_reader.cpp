@@ -64,6 +64,7 @@ void ConfigSection::fail(std::string_view key, const std::string& message) const
 
 YAML::Node ConfigSection::value_of(std::string_view key) {
   asked_.emplace(key);
+  if (origin_->asked_keys) origin_->asked_keys->insert(dotted(key));
   if (!node_.IsMap()) return YAML::Node(YAML::NodeType::Undefined);
   const YAML::Node& map = node_;  // const lookup never inserts the key
   YAML::Node value = map[std::string(key)];

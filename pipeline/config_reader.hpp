@@ -20,6 +20,9 @@ namespace bigtrain {
 struct ConfigOrigin {
   std::string file;                                 // "<string>" for text not from a file
   std::map<std::string, std::string> overrides;     // "train.epochs" -> "--set train.epochs=3"
+  // When set, every dotted key a section asks for (sections included) is recorded:
+  // the reader's own table of the keys it knows (known_config_keys).
+  std::shared_ptr<std::set<std::string>> asked_keys;
 };
 
 class ConfigSection {

@@ -116,7 +116,7 @@ void write_heatmap_png(const std::string& path, const ImagePrediction& predictio
                        int max_side) {
   check_prediction(prediction, values);
   const ImagePlan& plan = *prediction.plan;
-  const tiler::Thumbnail thumbnail = tiler::make_thumbnail(*plan.source, max_side);
+  const tiler::Thumbnail thumbnail = tiler::make_thumbnail(*plan.source, max_side, plan.full_scale);
   cv::Mat background;
   if (thumbnail.pixels.channels() == 1) {
     cv::cvtColor(thumbnail.pixels, background, cv::COLOR_GRAY2BGR);

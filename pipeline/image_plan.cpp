@@ -10,13 +10,24 @@
 
 namespace bigtrain {
 
+tiler::ForegroundOptions foreground_options(const TilerConfig& config) {
+  tiler::ForegroundOptions options;
+  const auto mode = tiler::parse_background_mode(config.background);
+  BT_CHECK(mode.has_value(), "unknown tiler.background '{}'", config.background);
+  options.mode = *mode;
+  if (config.threshold >= 0 && *mode != tiler::BackgroundMode::otsu) options.threshold = static_cast<int>(config.threshold);
+  options.dark_foreground = config.foreground == "dark";
+  return options;
+}
+
 ImagePlan plan_image(const std::string& path, const TilerConfig& config, bool training, std::uint64_t subsample_seed,
-                     std::uint64_t augment_seed) {
+                     std::uint64_t augment_seed, std::int64_t max_value) {
   ImagePlan plan;
   plan.path = path;
   plan.source = tiler::open_image(path);
   plan.augment_seed = augment_seed;
   const tiler::ImageInfo& info = plan.source->info();
+  plan.full_scale = max_value > 0 ? static_cast<int>(max_value) : info.full_scale();
   if (config.mode == "resize") {
     // The baseline: the whole image at resize_size x resize_size as one "tile".
     const double factor = std::max(static_cast<double>(info.width()), static_cast<double>(info.height())) /
@@ -37,11 +48,9 @@ ImagePlan plan_image(const std::string& path, const TilerConfig& config, bool tr
                        static_cast<int>(config.overlap), *border);
   plan.tile_size = static_cast<int>(config.tile);
   plan.grid_tiles = static_cast<std::int64_t>(grid.tiles().size());
-  if (config.min_foreground > 0) {
-    const tiler::Thumbnail thumbnail = tiler::make_thumbnail(*plan.source);
-    tiler::ForegroundOptions options;
-    options.dark_foreground = config.foreground == "dark";
-    const tiler::ForegroundMask mask = tiler::foreground_mask(thumbnail, options);
+  if (config.min_foreground > 0 && config.background != "none") {
+    const tiler::Thumbnail thumbnail = tiler::make_thumbnail(*plan.source, 1024, plan.full_scale);
+    const tiler::ForegroundMask mask = tiler::foreground_mask(thumbnail, foreground_options(config));
     for (const auto& tile : grid.tiles())
       if (tiler::foreground_fraction(mask, plan.sampling, tile.rect) >= config.min_foreground)
         plan.tiles.push_back(tile.rect);
@@ -50,8 +59,9 @@ ImagePlan plan_image(const std::string& path, const TilerConfig& config, bool tr
   }
   plan.background_dropped = plan.grid_tiles - static_cast<std::int64_t>(plan.tiles.size());
   if (plan.tiles.empty())
-    throw Error(fmt::format("{}: no tile left of {} after background filtering (tiler.min_foreground = {})", path,
-                            plan.grid_tiles, config.min_foreground));
+    throw Error(fmt::format("{}: no tile left of {} after background filtering (tiler.background = {}, "
+                            "tiler.min_foreground = {})",
+                            path, plan.grid_tiles, config.background, config.min_foreground));
   const auto limit = static_cast<std::size_t>(config.max_tiles_per_image);
   if (training && limit > 0 && plan.tiles.size() > limit) {
     std::vector<std::size_t> order(plan.tiles.size());

@@ -11,6 +11,7 @@
 #include <opencv2/core/types.hpp>
 
 #include "pipeline/config.hpp"
+#include "tiler/background.hpp"
 #include "tiler/image_source.hpp"
 #include "tiler/tile_reader.hpp"
 
@@ -25,12 +26,16 @@ struct ImagePlan {
   std::int64_t grid_tiles = 0;          // before background filtering and subsampling
   std::int64_t background_dropped = 0;
   std::uint64_t augment_seed = 0;       // tile k uses mix_seed(augment_seed, k)
+  int full_scale = 255;                 // the pixel value that is 1.0, for the thumbnail and the network
 };
 
 // `subsample_seed` picks the subset when config.max_tiles_per_image applies and
-// `training` is true. Throws Error naming the image when it cannot be opened or
-// keeps no tile.
+// `training` is true. `max_value` > 0 (data.max_value) replaces the image's own full
+// scale. Throws Error naming the image when it cannot be opened or keeps no tile.
 ImagePlan plan_image(const std::string& path, const TilerConfig& config, bool training, std::uint64_t subsample_seed,
-                     std::uint64_t augment_seed);
+                     std::uint64_t augment_seed, std::int64_t max_value = 0);
+
+// The background options a tiler config asks for.
+tiler::ForegroundOptions foreground_options(const TilerConfig& config);
 
 }  // namespace bigtrain

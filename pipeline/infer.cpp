@@ -129,6 +129,7 @@ LoadedCheckpoint load_checkpoint_for_inference(const std::string& path) {
     try {
       const Config config = parse_config(found->second, path + " (metadata `config`)");
       c.tiler = config.tiler;
+      c.max_value = config.data.max_value;
       c.tile_batch = config.train.tile_batch;
       c.label_smoothing = config.train.label_smoothing;
     } catch (const Error& error) {
@@ -255,7 +256,7 @@ InferenceStats InferenceEngine::run(const std::vector<InferenceItem>& items,
           [&](std::size_t i) {
             planning = i;
             planned_at[i] = Clock::now();
-            ImagePlan plan = plan_image(items[i].path, tiler_, false, 0, 0);
+            ImagePlan plan = plan_image(items[i].path, tiler_, false, 0, 0, checkpoint_.max_value);
             planning.reset();
             return plan;
           },

@@ -32,6 +32,7 @@ struct LoadedCheckpoint {
   std::vector<std::string> classes;
   TilerConfig tiler;
   std::vector<double> mean, std;  // normalisation after scaling pixels to [0, 1]
+  std::int64_t max_value = 0;     // data.max_value of the training run (0: each image's own)
   std::int64_t tile_batch = 16;
   double label_smoothing = 0.0;   // of the training run, so eval losses match its own
   std::unique_ptr<net::Model> model;

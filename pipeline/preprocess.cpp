@@ -23,14 +23,15 @@ Preprocessing Preprocessing::from_config(const Config& config, int channels, boo
   return p;
 }
 
-void preprocess_tile(const cv::Mat& tile, const Preprocessing& p, std::uint64_t seed, float* out) {
+void preprocess_tile(const cv::Mat& tile, const Preprocessing& p, std::uint64_t seed, float* out, int full_scale) {
   const int depth = tile.depth(), source_channels = tile.channels();
   BT_CHECK(depth == CV_8U || depth == CV_16U, "preprocess: tiles must be 8- or 16-bit, got OpenCV depth {}", depth);
   BT_CHECK(source_channels == 1 || source_channels == 3, "preprocess: tiles must have 1 or 3 channels, got {}",
            source_channels);
   const int rows = tile.rows, cols = tile.cols;
   const std::int64_t plane = static_cast<std::int64_t>(rows) * cols;
-  const float unit = depth == CV_8U ? 1.0f / 255.0f : 1.0f / 65535.0f;
+  if (full_scale <= 0) full_scale = depth == CV_8U ? 255 : 65535;
+  const float unit = 1.0f / static_cast<float>(full_scale);
 
   // The draws happen in a fixed order whatever is enabled, so turning one
   // augmentation on does not change the others' values.

@@ -213,7 +213,7 @@ StreamStats TileStream::run(const std::vector<StreamJob>& schedule, const Planne
         cv::Mat pixels = tiler::read_tile(*plan.source, plan.sampling, rect);
         work.pixels = Tensor::empty({preprocessing.channels, rect.height, rect.width});
         preprocess_tile(pixels, preprocessing, mix_seed(plan.augment_seed, static_cast<std::uint64_t>(work.tile)),
-                        work.pixels.f32());
+                        work.pixels.f32(), plan.full_scale);
       } catch (...) {
         latch.record(std::current_exception(), work.plan->path);
       }

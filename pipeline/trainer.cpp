@@ -389,7 +389,8 @@ EpochSummary Trainer::State::train_epoch(std::int64_t epoch) {
   if (!schedule.empty()) stats = stream.run(
       schedule,
       [&](std::size_t image) {
-        return plan_image(train[image].path, config.tiler, true, seed(kSubsample, e, image), seed(kAugment, e, image));
+        return plan_image(train[image].path, config.tiler, true, seed(kSubsample, e, image), seed(kAugment, e, image),
+                          config.data.max_value);
       },
       [&](const TileBatch& batch) {
         const Sample& sample = train[batch.image];
@@ -465,7 +466,7 @@ EpochSummary Trainer::State::evaluate(const std::vector<Sample>& split, const st
   std::int64_t tiles = 0;
   allocator_for(Device::cpu()).reset_peak();
   const StreamStats stats = stream.run(
-      schedule, [&](std::size_t image) { return plan_image(split[image].path, config.tiler, false, 0, 0); },
+      schedule, [&](std::size_t image) { return plan_image(split[image].path, config.tiler, false, 0, 0, config.data.max_value); },
       [&](const TileBatch& batch) {
         const Sample& sample = split[batch.image];
         if (batch.first_tile == 0)

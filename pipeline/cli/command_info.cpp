@@ -23,6 +23,7 @@ nlohmann::json describe(const tiler::ImageInfo& info) {
   }
   return {{"path", info.path},         {"format", info.format},           {"width", info.width()},
           {"height", info.height()},   {"channels", info.channels},       {"bits", info.bits},
+          {"max_value", info.max_value}, {"max_value_from", info.max_value_from}, {"full_scale", info.full_scale()},
           {"photometric", info.photometric}, {"planar_separate", info.planar_separate}, {"levels", levels}};
 }
 
@@ -44,6 +45,14 @@ RegisterCommand info_command("info", [](CLI::App& app) {
     fmt::print("  size:     {} x {}\n", info.width(), info.height());
     fmt::print("  pixels:   {} channel(s), {}-bit, {}{}\n", info.channels, info.bits, info.photometric,
                info.planar_separate ? ", separate planes" : "");
+    // The scale every pixel is divided by (thumbnail and network alike).
+    if (info.max_value > 0)
+      fmt::print("  scale:    full brightness at {} ({}; {}-bit storage)\n", info.full_scale(), info.max_value_from,
+                 info.bits);
+    else
+      fmt::print("  scale:    full brightness at {} (the {}-bit storage's maximum; set data.max_value if the data "
+                 "use fewer bits)\n",
+                 info.full_scale(), info.bits);
     for (size_t i = 0; i < info.levels.size(); ++i) {
       const tiler::LevelInfo& L = info.levels[i];
       const std::string layout = L.layout == tiler::Layout::tiled     ? fmt::format("tiled {}x{}", L.block_width, L.block_height)

@@ -28,8 +28,8 @@ namespace bigtrain::cli {
 namespace {
 
 struct TilesArgs {
-  std::string image, border = "pad", preview, dump, foreground = "dark";
-  int tile = 256, overlap = 0, level = 0, thumbnail = 1024, threads = 0;
+  std::string image, border = "pad", preview, dump, foreground = "dark", background;
+  int tile = 256, overlap = 0, level = 0, thumbnail = 1024, threads = 0, max_value = 0;
   double downsample = 0, min_foreground = 0, pad_value = 0;
   std::optional<int> threshold;
   bool read = false, json = false;
@@ -84,7 +84,17 @@ RegisterCommand tiles_command("tiles", [](CLI::App& app) {
   app.add_option("--downsample", a->downsample, "read at this factor (>= 1) from the nearest finer level, area-resampled")->excludes(level);
   app.add_option("--min-foreground", a->min_foreground, "drop tiles with a smaller foreground fraction (0 keeps all)")
       ->check(CLI::Range(0.0, 1.0))->capture_default_str();
-  app.add_option("--threshold", a->threshold, "fixed grey threshold 0..255 instead of Otsu")->check(CLI::Range(0, 255));
+  app.add_option("--background", a->background,
+                 "how foreground is found (tiler.background): otsu, fixed (needs --threshold), local_contrast "
+                 "(objects on uneven or textured background) or none; default otsu, fixed with --threshold")
+      ->check(CLI::IsMember({"otsu", "fixed", "local_contrast", "none"}));
+  app.add_option("--threshold", a->threshold,
+                 "fixed: grey level 0..255; local_contrast: least departure from the local background (default: "
+                 "from the noise)")
+      ->check(CLI::Range(0, 255));
+  app.add_option("--max-value", a->max_value,
+                 "pixel value of full brightness for the thumbnail (data.max_value; 0: the image's own)")
+      ->check(CLI::Range(0, 65535))->capture_default_str();
   app.add_option("--foreground", a->foreground, "dark (tissue on a bright slide) or bright")->check(CLI::IsMember({"dark", "bright"}))->capture_default_str();
   app.add_option("--thumbnail-size", a->thumbnail, "longest side of the thumbnail for background and preview")->check(CLI::Range(16, 16384))->capture_default_str();
   app.add_option("--pad-value", a->pad_value, "value of padded pixels (border pad)")->capture_default_str();
@@ -106,10 +116,14 @@ RegisterCommand tiles_command("tiles", [](CLI::App& app) {
 
     std::optional<tiler::Thumbnail> thumb;
     std::optional<tiler::ForegroundMask> mask;
-    if (a->min_foreground > 0 || !a->preview.empty()) thumb = tiler::make_thumbnail(*source, a->thumbnail);
+    if (a->min_foreground > 0 || !a->preview.empty()) thumb = tiler::make_thumbnail(*source, a->thumbnail, a->max_value);
     std::vector<char> kept(grid.tiles().size(), 1);
     if (a->min_foreground > 0) {
       tiler::ForegroundOptions options;
+      const std::string mode = !a->background.empty() ? a->background : a->threshold ? "fixed" : "otsu";
+      options.mode = *tiler::parse_background_mode(mode);
+      if (options.mode == tiler::BackgroundMode::fixed && !a->threshold)
+        throw Error("--background fixed needs --threshold (a grey level 0..255)");
       options.threshold = a->threshold;
       options.dark_foreground = a->foreground == "dark";
       mask = tiler::foreground_mask(*thumb, options);
@@ -155,7 +169,9 @@ RegisterCommand tiles_command("tiles", [](CLI::App& app) {
                           {"dropped_background", dropped_background},
                           {"dropped_border", grid.dropped_at_border()},
                           {"min_foreground", a->min_foreground},
+                          {"background", mask ? nlohmann::json(tiler::background_mode_name(mask->mode)) : nlohmann::json(nullptr)},
                           {"threshold", mask ? nlohmann::json(mask->threshold) : nlohmann::json(nullptr)},
+                          {"full_scale", a->max_value > 0 ? a->max_value : info.full_scale()},
                           {"peak_rss_mb", peak_rss_mb()}};
     if (!a->dump.empty() || a->read) {
       out["read_seconds"] = seconds;
@@ -169,7 +185,12 @@ RegisterCommand tiles_command("tiles", [](CLI::App& app) {
                sampling.height, sampling.level, sampling.downsample, a->tile, a->overlap, a->border);
     fmt::print("tiles: {} ({} rows x {} cols); kept {}, dropped {} as background", grid.tiles().size(), grid.rows(),
                grid.cols(), kept_indices.size(), dropped_background);
-    if (mask) fmt::print(" (grey threshold {}, min foreground {})", mask->threshold, a->min_foreground);
+    if (mask && mask->mode == tiler::BackgroundMode::local_contrast)
+      fmt::print(" (background local_contrast, least departure {} grey levels, min foreground {})", mask->threshold,
+                 a->min_foreground);
+    else if (mask)
+      fmt::print(" (background {}, grey threshold {}, min foreground {})", tiler::background_mode_name(mask->mode),
+                 mask->threshold, a->min_foreground);
     if (border == tiler::BorderPolicy::drop) fmt::print(", {} partial tiles dropped at the border", grid.dropped_at_border());
     fmt::print("\n");
     if (!a->preview.empty()) fmt::print("preview: {}\n", a->preview);
