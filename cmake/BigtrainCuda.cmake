@@ -21,10 +21,18 @@ if(NOT BIGTRAIN_CUDA STREQUAL "OFF")
 endif()
 
 if(BIGTRAIN_HAVE_CUDA)
+  # Every architecture CUDA 13 builds from Turing on, as cubins (T4, A100, RTX 30xx,
+  # RTX 40xx/L4, H100/H200), plus PTX of the newest, which the driver JIT-compiles
+  # on later cards (Blackwell). CMAKE_CUDA_ARCHITECTURES, when given, wins; a CI or a
+  # single-card user can pass -DBIGTRAIN_CUDA_ARCHS=90 for a shorter build. The
+  # list is compiled into the binary (kernels/core/cuda_arch.hpp), so a card it has
+  # no code for is a clear error at startup.
+  set(BIGTRAIN_CUDA_ARCHS "75-real;80-real;86-real;89-real;90" CACHE STRING
+    "CUDA architectures (CMake CUDA_ARCHITECTURES syntax) when CMAKE_CUDA_ARCHITECTURES is not set")
   if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
-    # Hopper (H100/H200) is the target machine; one architecture keeps CI builds short.
-    set(CMAKE_CUDA_ARCHITECTURES 90)
+    set(CMAKE_CUDA_ARCHITECTURES "${BIGTRAIN_CUDA_ARCHS}")
   endif()
+  message(STATUS "bigtrain CUDA architectures: ${CMAKE_CUDA_ARCHITECTURES}")
   enable_language(CUDA)
   # CMake 3.25 does not know nvcc 13's C++20 flag; teach it, so CUDA sources use
   # the same dialect as the rest of the project.

@@ -1,17 +1,21 @@
 #include "kernels/device_select.hpp"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "kernels/core/error.hpp"
 
+#include "kernels/core/block_allocator.hpp"
+
 #ifdef BIGTRAIN_HAVE_CUDA
+#include "kernels/cuda/context.hpp"
 #include "kernels/cuda/runtime.hpp"
 #endif
 
 namespace bigtrain::kernels {
 namespace {
 
-// Why the CUDA backend cannot run here, or empty when it can.
+// Why the CUDA backend cannot run here at all (no build, no driver, no GPU), or empty.
 std::string cuda_unavailable() {
 #ifdef BIGTRAIN_HAVE_CUDA
   return cuda::device_count() > 0 ? std::string() : std::string(cuda::unavailable_reason());
@@ -21,17 +25,46 @@ std::string cuda_unavailable() {
 #endif
 }
 
+// Why GPU `index` of a machine that has GPUs cannot run this binary (index out of
+// range, a compute capability it has no code for), or empty.
+std::string cuda_device_unusable([[maybe_unused]] int index) {
+#ifdef BIGTRAIN_HAVE_CUDA
+  return cuda::device_unusable_reason(index);
+#else
+  return {};
+#endif
+}
+
 }  // namespace
 
-Backend select_backend(std::string_view device_type) {
+Backend select_backend(std::string_view device_type, int index) {
+  if (index < 0) index = backend_device(Backend::cuda).index;
   if (device_type == "cpu") return Backend::cpu;
   if (device_type == "cuda") {
     const std::string reason = cuda_unavailable();
     if (!reason.empty()) throw Error(fmt::format("device: cuda was requested, but no GPU can be used: {}", reason));
+    if (const std::string unusable = cuda_device_unusable(index); !unusable.empty())
+      throw Error(fmt::format("device: cuda was requested, but {}", unusable));
     return Backend::cuda;
   }
-  if (device_type == "auto") return cuda_unavailable().empty() ? Backend::cuda : Backend::cpu;
+  if (device_type == "auto") {
+    if (!cuda_unavailable().empty()) return Backend::cpu;  // no GPU: the CPU is the plain choice, no warning
+    if (const std::string unusable = cuda_device_unusable(index); !unusable.empty()) {
+      spdlog::warn("device: auto runs on the CPU: {}", unusable);
+      return Backend::cpu;
+    }
+    return Backend::cuda;
+  }
   throw Error(fmt::format("device: unknown device type '{}' (valid: cpu, cuda, auto)", device_type));
+}
+
+void apply_cuda_limits([[maybe_unused]] std::size_t memory_limit, [[maybe_unused]] std::size_t cudnn_workspace) {
+#ifdef BIGTRAIN_HAVE_CUDA
+  set_device_memory_limit(backend_device(Backend::cuda), memory_limit);
+  cuda::Context::of_backend("train.cudnn_workspace").set_workspace_limit(cudnn_workspace);
+#else
+  throw Error("device.memory_limit and train.cudnn_workspace need the CUDA backend, which this build lacks");
+#endif
 }
 
 std::string describe_backend_choice(Backend backend) {

@@ -7,6 +7,7 @@
 #include <fmt/ranges.h>
 
 #include "kernels/core/error.hpp"
+#include "kernels/core/out_of_memory.hpp"
 
 #ifdef BIGTRAIN_HAVE_CUDA
 #include "kernels/cuda/runtime.hpp"
@@ -42,7 +43,14 @@ Tensor Tensor::empty(Shape shape, DType dtype, Device device) {
   tensor.dtype_ = dtype;
   tensor.strides_ = contiguous_strides(shape);
   tensor.shape_ = std::move(shape);
-  tensor.storage_ = std::make_shared<Storage>(tensor.nbytes(), device);
+  try {
+    tensor.storage_ = std::make_shared<Storage>(tensor.nbytes(), device);
+  } catch (const OutOfMemoryError& error) {
+    // The allocator knows bytes, not shapes; the user knows shapes.
+    OutOfMemoryInfo info = error.info();
+    info.tensor = fmt::format("{} {}", shape_str(tensor.shape_), dtype_name(dtype));
+    throw OutOfMemoryError(std::move(info));
+  }
   return tensor;
 }
 

@@ -19,6 +19,10 @@ int fp32_lanes_per_sm(int major, int minor) {
 
 DeviceInfo device_info(int index) {
   Context::of(Device::cuda(index), "device_info");  // a clear error without a GPU
+  return device_properties(index);
+}
+
+DeviceInfo device_properties(int index) {
   cudaDeviceProp props{};
   BT_CUDA_CHECK(cudaGetDeviceProperties(&props, index));
   int clock_khz = 0;

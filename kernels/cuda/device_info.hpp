@@ -19,5 +19,8 @@ struct DeviceInfo {
 
 // Throws bigtrain::Error when the device cannot be used.
 DeviceInfo device_info(int index);
+// The same from the driver alone (no context, no cuDNN/cuBLAS handles): what
+// `bigtrain devices` lists, also for a card this build cannot run on.
+DeviceInfo device_properties(int index);
 
 }  // namespace bigtrain::cuda

@@ -4,6 +4,9 @@
 #include <mutex>
 #include <vector>
 
+#include "kernels/core/block_allocator.hpp"
+#include "kernels/core/cuda_arch.hpp"
+#include "kernels/cuda/arch_probe.hpp"
 #include "kernels/cuda/check.hpp"
 #include "kernels/cuda/runtime.hpp"
 
@@ -36,23 +39,34 @@ const DeviceProbe& probe() {
   return instance;
 }
 
-class CudaAllocator final : public CachingAllocator {
+// cudaMalloc/cudaFree for the device's BlockAllocator (kernels/core/block_allocator.hpp).
+class CudaSystemAllocator final : public SystemAllocator {
  public:
-  explicit CudaAllocator(int index) : index_(index) {}
-  ~CudaAllocator() override { release_all_cached_locked(); }
-  Device device() const override { return Device::cuda(index_); }
-
- protected:
-  void* system_allocate(std::size_t bytes) override {
+  explicit CudaSystemAllocator(int index) : index_(index) {}
+  void* allocate(std::size_t bytes) override {
     BT_CUDA_CHECK(cudaSetDevice(index_));
     void* ptr = nullptr;
-    BT_CUDA_CHECK(cudaMalloc(&ptr, bytes));
-    return ptr;
+    const cudaError_t status = cudaMalloc(&ptr, bytes);
+    if (status == cudaSuccess) return ptr;
+    // Out of memory is not sticky; clear it so the retry and later calls start clean.
+    cudaGetLastError();
+    if (status != cudaErrorMemoryAllocation) BT_CUDA_CHECK(status);
+    std::size_t free_bytes = 0, total_bytes = 0;
+    if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) cudaGetLastError();
+    last_failure_ = fmt::format("cudaMalloc of {} bytes: out of memory, {} of {} bytes free on the device", bytes,
+                                free_bytes, total_bytes);
+    return nullptr;
   }
-  void system_free(void* ptr, std::size_t) override { cudaFree(ptr); }
+  void free(void* ptr, std::size_t) override {
+    // A failing free means the context is already broken; the next checked call says so.
+    (void)cudaSetDevice(index_);
+    (void)cudaFree(ptr);
+  }
+  std::string last_failure() const override { return last_failure_; }
 
  private:
   int index_;
+  std::string last_failure_;
 };
 
 }  // namespace
@@ -60,16 +74,38 @@ class CudaAllocator final : public CachingAllocator {
 int device_count() { return probe().count; }
 const char* unavailable_reason() { return probe().reason; }
 
+std::string device_unusable_reason(int device_index) {
+  const int count = device_count();
+  if (device_index < 0 || device_index >= count)
+    return fmt::format("device.index {} names no GPU: this machine has {} (0..{})", device_index, count, count - 1);
+  cudaDeviceProp props{};
+  if (const cudaError_t status = cudaGetDeviceProperties(&props, device_index); status != cudaSuccess) {
+    cudaGetLastError();
+    return fmt::format("GPU {} cannot be queried: {}", device_index, cudaGetErrorString(status));
+  }
+  const std::vector<CudaArch>& built = built_cuda_architectures();
+  if (std::string mismatch = cuda_arch_mismatch(props.name, props.major, props.minor, built); !mismatch.empty())
+    return mismatch;
+  // The list says yes; the runtime has the last word (a build from another list).
+  if (std::string why; !kernel_image_loads(device_index, why))
+    return fmt::format("GPU '{}' (compute capability {}.{}) cannot load this build's kernels: {} (built: {})",
+                       props.name, props.major, props.minor, why, describe_cuda_architectures(built));
+  return {};
+}
+
 Allocator& device_allocator(int device_index) {
   static std::once_flag once;
-  static std::vector<std::unique_ptr<CudaAllocator>> allocators;
+  // Never destroyed: tensors held by statics are freed after it would have been, and
+  // the driver releases device memory with the context at exit anyway.
+  static auto* allocators = new std::vector<std::unique_ptr<BlockAllocator>>;
   std::call_once(once, [] {
-    for (int i = 0; i < device_count(); ++i) allocators.push_back(std::make_unique<CudaAllocator>(i));
+    for (int i = 0; i < device_count(); ++i)
+      allocators->push_back(std::make_unique<BlockAllocator>(Device::cuda(i), std::make_unique<CudaSystemAllocator>(i)));
   });
-  BT_CHECK(device_index >= 0 && device_index < static_cast<int>(allocators.size()),
-           "CUDA device {} requested, but {} usable device(s): {}", device_index, allocators.size(),
+  BT_CHECK(device_index >= 0 && device_index < static_cast<int>(allocators->size()),
+           "CUDA device {} requested, but {} usable device(s): {}", device_index, allocators->size(),
            device_count() == 0 ? unavailable_reason() : "index out of range");
-  return *allocators[device_index];
+  return *(*allocators)[device_index];
 }
 
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, std::size_t bytes) {
