@@ -381,7 +381,7 @@ tiler:
   foreground: {foreground}
   min_foreground: {min_foreground}   # tiles with less foreground are dropped (0: all kept)
 model:
-  # The demo's encoder for grey images on a CPU: ~12k parameters, a 5x5 stride-2 stem,
+  # The demo's encoder for grey images on a CPU: ~50k weights, a 5x5 stride-2 stem,
   # no max pooling (it halves what small tiles have).
   preset: small
   in_channels: {channels}
