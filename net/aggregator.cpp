@@ -1,8 +1,11 @@
 #include "net/aggregator.hpp"
 
+#include <algorithm>
+
 #include "kernels/aggregation.hpp"
 #include "kernels/core/error.hpp"
 #include "kernels/elementwise.hpp"
+#include "net/memory_plan.hpp"
 
 namespace bigtrain::net {
 namespace {
@@ -30,6 +33,12 @@ class MeanAggregator final : public Aggregator {
     Tensor dh = like({saved.tiles, features()}, saved.backend);
     kernels::mean_rows_backward(saved.backend, dz, dh);
     return dh;
+  }
+  LayerFootprint pool_describe(const Shape& h, const PlanContext&) const override {
+    LayerFootprint fp;
+    fp.kind = "mean";
+    fp.output = {h[1]};
+    return fp;
   }
   void clear_pool_saved() override { saved_.clear(); }
   std::size_t pool_saved_count() const override { return saved_.size(); }
@@ -62,6 +71,17 @@ class MaxAggregator final : public Aggregator {
     Tensor dh = like({saved.tiles, features()}, saved.backend);
     kernels::max_rows_backward(saved.backend, dz, saved.argmax, dh);
     return dh;
+  }
+  LayerFootprint pool_describe(const Shape& h, const PlanContext& ctx) const override {
+    LayerFootprint fp;
+    fp.kind = "max";
+    fp.output = {h[1]};
+    const Shape argmax{h[1]};
+    if (ctx.forward.keep_activations)
+      fp.kept = {static_cast<std::size_t>(h[1]) * sizeof(std::int32_t)};
+    else
+      fp.forward_scratch = allocation_bytes(argmax, DType::i32);
+    return fp;
   }
   void clear_pool_saved() override { saved_.clear(); }
   std::size_t pool_saved_count() const override { return saved_.size(); }
@@ -138,6 +158,36 @@ class AttentionAggregator final : public Aggregator {
     return dh;
   }
 
+  // pool() and pool_backward() allocation by allocation.
+  LayerFootprint pool_describe(const Shape& h, const PlanContext& ctx) const override {
+    const std::int64_t n = h[0], hidden = v_.out_features();
+    const std::size_t rows = allocation_bytes({n}), h_sized = allocation_bytes(h);
+    const std::size_t tanh_v = allocation_bytes({n, hidden});
+    const std::size_t gate = gated_ ? allocation_bytes({n, u_.out_features()}) : 0;
+    const std::size_t product = gated_ ? tanh_v : 0;  // tanh_v * gate, w's input when gated
+    const std::size_t scores = allocation_bytes({n, 1});
+    LayerFootprint fp;
+    fp.kind = "attention";
+    fp.output = {h[1]};
+    fp.keeps_input = true;
+    fp.retained = rows;  // a: attention_ for heatmaps, also what backward reads
+    if (ctx.forward.keep_activations) {
+      // tanh(V h), the gate and their product (w's kept input).
+      for (std::size_t bytes : {tanh_v, gate, product})
+        if (bytes > 0) fp.kept.push_back(bytes);
+      fp.forward_scratch = scores;
+    } else {
+      fp.forward_scratch = tanh_v + gate + product + scores;
+    }
+    // Beside dH: da and dscores throughout, w's, U's and V's backward in turn.
+    const std::size_t dhidden = tanh_v, dtanh = gated_ ? tanh_v : 0;
+    const std::size_t w_backward = w_.describe({n, hidden}, ctx).backward_scratch;
+    const std::size_t u_backward = gated_ ? tanh_v + h_sized + u_.describe(h, ctx).backward_scratch : 0;  // dgate, dH_u
+    const std::size_t v_backward = h_sized + v_.describe(h, ctx).backward_scratch;                       // dH_v
+    fp.backward_scratch = 2 * rows + dhidden + std::max({w_backward, dtanh + u_backward, dtanh + v_backward});
+    return fp;
+  }
+
   void clear_pool_saved() override {
     saved_.clear();
     v_.clear_saved();
@@ -199,6 +249,17 @@ Tensor Aggregator::backward(const Tensor& dz) {
            features_, dz.defined() ? dz.describe() : std::string("undefined"));
   Tensor g = dropout_.backward(dz.reshape({1, features_}));
   return pool_backward(g.reshape({features_}));
+}
+
+LayerFootprint Aggregator::describe(const Shape& h, const PlanContext& ctx) const {
+  BT_CHECK(h.size() == 2 && h[1] == features_ && h[0] > 0, "aggregator `{}` expects tile features [N>0, {}], got {}",
+           name(), features_, shape_str(h));
+  return pool_describe(h, ctx);
+}
+
+PlannedTensor Aggregator::plan_forward(MemoryWalk& walk, const PlannedTensor& h) const {
+  const PlannedTensor z = walk.leaf(*this, h);
+  return walk.forward(dropout_, z.view({1, features_}));
 }
 
 void Aggregator::clear_saved() {

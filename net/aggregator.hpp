@@ -44,6 +44,9 @@ class Aggregator : public Layer {
   Tensor forward(const Tensor& h, const ForwardContext& ctx) final;
   // dz [1, D] -> dH [N, D]; accumulates the aggregator's parameter gradients.
   Tensor backward(const Tensor& dz) final;
+  // The pooling h [N, D] -> z [D]; plan_forward walks the dropout on z after it.
+  LayerFootprint describe(const Shape& h, const PlanContext& ctx) const final;
+  PlannedTensor plan_forward(MemoryWalk& walk, const PlannedTensor& h) const final;
   void clear_saved() override;
   std::size_t saved_count() const override;
   void collect_state(StateRefs& refs) override;
@@ -57,6 +60,7 @@ class Aggregator : public Layer {
  protected:
   virtual Tensor pool(const Tensor& h, const ForwardContext& ctx) = 0;        // -> z [D]
   virtual Tensor pool_backward(const Tensor& dz) = 0;                          // dz [D] -> dH
+  virtual LayerFootprint pool_describe(const Shape& h, const PlanContext& ctx) const = 0;
   virtual void clear_pool_saved() = 0;
   virtual std::size_t pool_saved_count() const = 0;
   virtual void collect_pool_state(StateRefs& refs) { (void)refs; }

@@ -1,5 +1,9 @@
 #include "net/conv2d.hpp"
 
+#include <algorithm>
+
+#include <fmt/format.h>
+
 #include "kernels/core/error.hpp"
 #include "net/init.hpp"
 
@@ -30,15 +34,15 @@ Conv2d::Conv2d(std::string name, const Conv2dOptions& options, InitSeed seed, Co
   }
 }
 
-kernels::Conv2dSpec Conv2d::spec_for(const Tensor& x) const {
-  BT_CHECK(x.rank() == 4 && x.dim(1) == options_.in_channels, "conv `{}` expects [N,{},H,W], got {}", name(),
-           options_.in_channels, x.describe());
+kernels::Conv2dSpec Conv2d::spec_for(const Shape& x) const {
+  BT_CHECK(x.size() == 4 && x[1] == options_.in_channels, "conv `{}` expects [N,{},H,W], got {}", name(),
+           options_.in_channels, shape_str(x));
   kernels::Conv2dSpec spec;
-  spec.batch = x.dim(0);
+  spec.batch = x[0];
   spec.in_channels = options_.in_channels;
   spec.out_channels = options_.out_channels;
-  spec.in_h = x.dim(2);
-  spec.in_w = x.dim(3);
+  spec.in_h = x[2];
+  spec.in_w = x[3];
   spec.kernel_h = options_.kernel_h;
   spec.kernel_w = options_.kernel_w;
   spec.stride_h = options_.stride_h;
@@ -57,7 +61,7 @@ kernels::Conv2d& Conv2d::op(Backend backend, const kernels::Conv2dSpec& spec) {
 }
 
 Tensor Conv2d::forward(const Tensor& x, const ForwardContext& ctx) {
-  kernels::Conv2dSpec spec = spec_for(x);
+  kernels::Conv2dSpec spec = spec_for(x.shape());
   spec.compute_dtype = ctx.compute_dtype;
   BT_CHECK(spec.out_h() > 0 && spec.out_w() > 0, "conv `{}`: input {} is smaller than the {}x{} kernel", name(),
            x.describe(), spec.kernel_h, spec.kernel_w);
@@ -85,6 +89,33 @@ Tensor Conv2d::backward(const Tensor& dy) {
   weight_.accumulate_grad(saved.backend, std::move(dweight));
   if (options_.bias) bias_.accumulate_grad(saved.backend, std::move(dbias));
   return dx;
+}
+
+LayerFootprint Conv2d::describe(const Shape& input, const PlanContext& ctx) const {
+  kernels::Conv2dSpec spec = spec_for(input);
+  spec.compute_dtype = ctx.forward.compute_dtype;
+  // Compared before dividing: out_h()'s integer division truncates a negative
+  // numerator to 0, which would make a too-small input look like one row.
+  BT_CHECK(spec.in_h + 2 * spec.pad_h >= spec.dilation_h * (spec.kernel_h - 1) + 1 &&
+               spec.in_w + 2 * spec.pad_w >= spec.dilation_w * (spec.kernel_w - 1) + 1,
+           "conv `{}`: input {} is smaller than the {}x{} kernel", name(), shape_str(input), spec.kernel_h,
+           spec.kernel_w);
+  const ConvScratch scratch = conv2d_scratch(spec, ctx.kernels);
+  // Fresh parameter gradients, added into the accumulated ones before backward returns.
+  const std::size_t parameter_grads =
+      allocation_bytes(spec.weight_shape()) + (options_.bias ? allocation_bytes({options_.out_channels}) : 0);
+  const double flops = 2.0 * static_cast<double>(spec.batch * spec.out_channels * spec.out_h() * spec.out_w()) *
+                       static_cast<double>(spec.in_channels / spec.groups * spec.kernel_h * spec.kernel_w);
+  LayerFootprint fp;
+  fp.kind = fmt::format("conv {}x{}/{}", spec.kernel_h, spec.kernel_w, spec.stride_h);
+  fp.output = spec.output_shape();
+  fp.keeps_input = true;
+  fp.forward_scratch = scratch.forward;
+  fp.input_gradient = input_grad_ ? LayerFootprint::InputGradient::allocated : LayerFootprint::InputGradient::none;
+  fp.backward_scratch = std::max(input_grad_ ? scratch.backward_data : 0, parameter_grads + scratch.backward_weights);
+  fp.forward_flops = flops;
+  fp.backward_flops = flops * (input_grad_ ? 2.0 : 1.0);
+  return fp;
 }
 
 void Conv2d::collect_state(StateRefs& refs) {

@@ -40,6 +40,7 @@ class Conv2d final : public Layer {
 
   Tensor forward(const Tensor& x, const ForwardContext& ctx) override;
   Tensor backward(const Tensor& dy) override;
+  LayerFootprint describe(const Shape& input, const PlanContext& ctx) const override;
   void collect_state(StateRefs& refs) override;
   void clear_saved() override { saved_.clear(); }
   std::size_t saved_count() const override { return saved_.size(); }
@@ -53,7 +54,7 @@ class Conv2d final : public Layer {
   Parameter* bias() { return options_.bias ? &bias_ : nullptr; }
 
  private:
-  kernels::Conv2dSpec spec_for(const Tensor& x) const;
+  kernels::Conv2dSpec spec_for(const Shape& x) const;
   kernels::Conv2d& op(Backend backend, const kernels::Conv2dSpec& spec);
 
   struct Saved {

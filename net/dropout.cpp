@@ -22,6 +22,23 @@ Tensor Dropout::forward(const Tensor& x, const ForwardContext& ctx) {
   return y;
 }
 
+LayerFootprint Dropout::describe(const Shape& input, const PlanContext& ctx) const {
+  LayerFootprint fp;
+  fp.kind = "dropout";
+  fp.output = input;
+  if (!ctx.forward.training || p_ == 0.0f) {
+    fp.output_is_input = true;
+    fp.input_gradient = LayerFootprint::InputGradient::output_gradient;
+    return fp;
+  }
+  const auto mask = static_cast<std::size_t>(shape_numel(input));  // one byte per element
+  if (ctx.forward.keep_activations)
+    fp.kept = {mask};
+  else
+    fp.forward_scratch = allocation_bytes(input, DType::u8);
+  return fp;
+}
+
 Tensor Dropout::backward(const Tensor& dy) {
   BT_CHECK(!saved_.empty(), "dropout `{}`: backward without a kept forward", name());
   Saved saved = std::move(saved_.back());

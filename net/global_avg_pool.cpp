@@ -13,6 +13,14 @@ Tensor GlobalAvgPool::forward(const Tensor& x, const ForwardContext& ctx) {
   return y;
 }
 
+LayerFootprint GlobalAvgPool::describe(const Shape& input, const PlanContext&) const {
+  BT_CHECK(input.size() == 4, "global average pooling `{}` expects [N,C,H,W], got {}", name(), shape_str(input));
+  LayerFootprint fp;
+  fp.kind = "avgpool";
+  fp.output = {input[0], input[1]};
+  return fp;
+}
+
 Tensor GlobalAvgPool::backward(const Tensor& dy) {
   BT_CHECK(!saved_.empty(), "global average pooling `{}`: backward without a kept forward", name());
   Saved saved = std::move(saved_.back());

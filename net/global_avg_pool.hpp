@@ -13,6 +13,7 @@ class GlobalAvgPool final : public Layer {
 
   Tensor forward(const Tensor& x, const ForwardContext& ctx) override;
   Tensor backward(const Tensor& dy) override;
+  LayerFootprint describe(const Shape& input, const PlanContext& ctx) const override;
   void clear_saved() override { saved_.clear(); }
   std::size_t saved_count() const override { return saved_.size(); }
 

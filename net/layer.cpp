@@ -1,6 +1,10 @@
 #include "net/layer.hpp"
 
+#include "net/memory_plan.hpp"
+
 namespace bigtrain::net {
+
+PlannedTensor Layer::plan_forward(MemoryWalk& walk, const PlannedTensor& x) const { return walk.leaf(*this, x); }
 
 StateRefs Layer::state() {
   StateRefs refs;

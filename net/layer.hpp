@@ -12,10 +12,14 @@
 #include <vector>
 
 #include "kernels/core/tensor.hpp"
+#include "net/footprint.hpp"
 #include "net/forward_context.hpp"
 #include "net/parameter.hpp"
 
 namespace bigtrain::net {
+
+class MemoryWalk;
+class PlannedTensor;
 
 class Layer {
  public:
@@ -32,6 +36,15 @@ class Layer {
   // gradients (+=) and frees what that forward saved. May return an undefined
   // tensor when the input gradient was switched off (an encoder's image input).
   virtual Tensor backward(const Tensor& dy) = 0;
+
+  // For the memory planner (net/footprint.hpp): what one forward and backward of
+  // an input of `input`'s shape allocate and keep, as `ctx` runs them. Throws
+  // bigtrain::Error where forward would (an input too small for a kernel).
+  virtual LayerFootprint describe(const Shape& input, const PlanContext& ctx) const = 0;
+  // How the planner walks this layer (net/memory_plan.hpp): a leaf is the one
+  // call describe() tells (this default); a composite runs its children through
+  // `walk` in the order its forward runs them.
+  virtual PlannedTensor plan_forward(MemoryWalk& walk, const PlannedTensor& x) const;
 
   virtual void collect_state(StateRefs& refs) { (void)refs; }
   // Drops every saved activation (e.g. after an aborted step).

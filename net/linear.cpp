@@ -64,6 +64,21 @@ Tensor Linear::backward(const Tensor& dy) {
   return dx;
 }
 
+LayerFootprint Linear::describe(const Shape& input, const PlanContext&) const {
+  BT_CHECK(input.size() == 2 && input[1] == in_features_, "linear `{}` expects [N,{}], got {}", name(), in_features_,
+           shape_str(input));
+  LayerFootprint fp;
+  fp.kind = "linear";
+  fp.output = {input[0], out_features_};
+  fp.keeps_input = true;
+  // Fresh parameter gradients, added into the accumulated ones before backward returns.
+  fp.backward_scratch = allocation_bytes({out_features_, in_features_}) +
+                        (has_bias_ ? allocation_bytes({out_features_}) : 0);
+  fp.forward_flops = 2.0 * static_cast<double>(input[0] * in_features_ * out_features_);
+  fp.backward_flops = 2.0 * fp.forward_flops;
+  return fp;
+}
+
 void Linear::collect_state(StateRefs& refs) {
   refs.parameters.push_back(&weight_);
   if (has_bias_) refs.parameters.push_back(&bias_);

@@ -20,12 +20,13 @@ class Pool2d : public Layer {
 
   Tensor forward(const Tensor& x, const ForwardContext& ctx) override;
   Tensor backward(const Tensor& dy) override;
+  LayerFootprint describe(const Shape& input, const PlanContext& ctx) const override;
   void clear_saved() override { saved_.clear(); }
   std::size_t saved_count() const override { return saved_.size(); }
   const Pool2dOptions& options() const { return options_; }
 
  private:
-  kernels::Pool2dSpec spec_for(const Tensor& x) const;
+  kernels::Pool2dSpec spec_for(const Shape& x) const;
 
   struct Saved {
     Backend backend;

@@ -17,6 +17,15 @@ Tensor ReLU::forward(const Tensor& x, const ForwardContext& ctx) {
   return y;
 }
 
+LayerFootprint ReLU::describe(const Shape& input, const PlanContext&) const {
+  LayerFootprint fp;
+  fp.kind = "relu";
+  fp.output = input;
+  fp.output_is_input = inplace_;
+  fp.keeps_output = true;
+  return fp;
+}
+
 Tensor ReLU::backward(const Tensor& dy) {
   BT_CHECK(!saved_.empty(), "relu `{}`: backward without a kept forward", name());
   Saved saved = std::move(saved_.back());

@@ -4,6 +4,7 @@
 
 #include "kernels/core/error.hpp"
 #include "kernels/elementwise.hpp"
+#include "net/memory_plan.hpp"
 
 namespace bigtrain::net {
 
@@ -39,6 +40,26 @@ Tensor ResidualBlock::backward(const Tensor& dy) {
   if (downsample_conv_) d_identity = downsample_conv_->backward(downsample_bn_->backward(d_sum));
   kernels::add(backend, dx, d_identity, dx);
   return dx;
+}
+
+LayerFootprint ResidualBlock::describe(const Shape& input, const PlanContext& ctx) const {
+  return describe_by_walking(*this, input, ctx);
+}
+
+PlannedTensor ResidualBlock::plan_forward(MemoryWalk& walk, const PlannedTensor& x) const {
+  // The block's ReLUs have no rows: its "add+relu" row stands for them.
+  PlannedTensor out = x;
+  for (const Layer* layer : main_layers()) out = walk.forward(*layer, out, dynamic_cast<const ReLU*>(layer) == nullptr);
+  PlannedTensor identity = x;
+  if (downsample_conv_) {
+    identity = walk.forward(*downsample_conv_, x);
+    identity = walk.forward(*downsample_bn_, identity);
+  }
+  const PlannedTensor sum = walk.add_in_place(out, identity);
+  out = {}, identity = {};
+  PlannedTensor y = walk.forward(relu_out_, sum, /*row=*/false);
+  walk.row(name(), "add+relu", y);
+  return y;
 }
 
 void ResidualBlock::collect_state(StateRefs& refs) {
@@ -94,6 +115,10 @@ Tensor BasicBlock::main_backward(const Tensor& dy) {
   return conv1_->backward(bn1_->backward(relu1_.backward(d)));
 }
 
+std::vector<const Layer*> BasicBlock::main_layers() const {
+  return {conv1_.get(), bn1_.get(), &relu1_, conv2_.get(), bn2_.get()};
+}
+
 void BasicBlock::collect_main_state(StateRefs& refs) {
   conv1_->collect_state(refs);
   bn1_->collect_state(refs);
@@ -145,6 +170,10 @@ Tensor Bottleneck::main_backward(const Tensor& dy) {
   Tensor d = relu2_.backward(conv3_->backward(bn3_->backward(dy)));
   d = relu1_.backward(conv2_->backward(bn2_->backward(d)));
   return conv1_->backward(bn1_->backward(d));
+}
+
+std::vector<const Layer*> Bottleneck::main_layers() const {
+  return {conv1_.get(), bn1_.get(), &relu1_, conv2_.get(), bn2_.get(), &relu2_, conv3_.get(), bn3_.get()};
 }
 
 void Bottleneck::collect_main_state(StateRefs& refs) {

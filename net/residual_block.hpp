@@ -22,6 +22,8 @@ class ResidualBlock : public Layer {
   using Layer::Layer;
   Tensor forward(const Tensor& x, const ForwardContext& ctx) override;
   Tensor backward(const Tensor& dy) override;
+  LayerFootprint describe(const Shape& input, const PlanContext& ctx) const override;
+  PlannedTensor plan_forward(MemoryWalk& walk, const PlannedTensor& x) const override;
   void collect_state(StateRefs& refs) override;
   void clear_saved() override;
   std::size_t saved_count() const override;
@@ -36,6 +38,8 @@ class ResidualBlock : public Layer {
   void make_downsample(std::int64_t in_channels, std::int64_t out_channels, int stride, InitSeed seed);
   virtual Tensor main_forward(const Tensor& x, const ForwardContext& ctx) = 0;
   virtual Tensor main_backward(const Tensor& dy) = 0;
+  // The main branch's layers in the order main_forward runs them, one after the other.
+  virtual std::vector<const Layer*> main_layers() const = 0;
   virtual void collect_main_state(StateRefs& refs) = 0;
   virtual void clear_main_saved() = 0;
   virtual std::size_t main_saved_count() const = 0;
@@ -58,6 +62,7 @@ class BasicBlock final : public ResidualBlock {
  private:
   Tensor main_forward(const Tensor& x, const ForwardContext& ctx) override;
   Tensor main_backward(const Tensor& dy) override;
+  std::vector<const Layer*> main_layers() const override;
   void collect_main_state(StateRefs& refs) override;
   void clear_main_saved() override;
   std::size_t main_saved_count() const override;
@@ -76,6 +81,7 @@ class Bottleneck final : public ResidualBlock {
  private:
   Tensor main_forward(const Tensor& x, const ForwardContext& ctx) override;
   Tensor main_backward(const Tensor& dy) override;
+  std::vector<const Layer*> main_layers() const override;
   void collect_main_state(StateRefs& refs) override;
   void clear_main_saved() override;
   std::size_t main_saved_count() const override;

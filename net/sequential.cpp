@@ -1,6 +1,7 @@
 #include "net/sequential.hpp"
 
 #include "kernels/core/error.hpp"
+#include "net/memory_plan.hpp"
 
 namespace bigtrain::net {
 
@@ -20,6 +21,16 @@ Tensor Sequential::backward(const Tensor& dy) {
              "`{}`: a layer inside the network returned no input gradient", name());
   }
   return d;
+}
+
+LayerFootprint Sequential::describe(const Shape& input, const PlanContext& ctx) const {
+  return describe_by_walking(*this, input, ctx);
+}
+
+PlannedTensor Sequential::plan_forward(MemoryWalk& walk, const PlannedTensor& x) const {
+  PlannedTensor h = x;
+  for (const auto& layer : layers_) h = walk.forward(*layer, h);
+  return h;
 }
 
 void Sequential::collect_state(StateRefs& refs) {

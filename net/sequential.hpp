@@ -21,6 +21,8 @@ class Sequential : public Layer {
 
   Tensor forward(const Tensor& x, const ForwardContext& ctx) override;
   Tensor backward(const Tensor& dy) override;
+  LayerFootprint describe(const Shape& input, const PlanContext& ctx) const override;
+  PlannedTensor plan_forward(MemoryWalk& walk, const PlannedTensor& x) const override;
   void collect_state(StateRefs& refs) override;
   void clear_saved() override;
   std::size_t saved_count() const override;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 
 #include <fmt/format.h>
 
@@ -12,8 +13,8 @@
 namespace bigtrain {
 
 using net::MemoryTrace;
-using net::SimContext;
-using net::SimTensor;
+using net::MemoryWalk;
+using net::PlannedTensor;
 
 PlanInputs plan_inputs_from_config(const Config& config, Backend backend) {
   PlanInputs in;
@@ -51,11 +52,11 @@ struct Persistent {
   std::size_t parameters = 0, gradients = 0, optimizer_state = 0, workspace = 0;
 };
 
-Persistent persistent_memory(const PlanInputs& in, const std::vector<const net::SimLayer*>& layers,
+Persistent persistent_memory(const PlanInputs& in, const std::vector<net::Layer*>& layers,
                              const net::KernelMemoryModel& kernels) {
   Persistent p;
   const int slots = net::optimizer_slots(in.optimizer, in.momentum);
-  for (const net::SimLayer* layer : layers) {
+  for (net::Layer* layer : layers) {
     const net::ParameterMemory m = net::parameter_memory(*layer);
     p.parameters += m.values + m.buffers;
     p.gradients += m.gradients;
@@ -74,6 +75,78 @@ StepMemory finish(const Persistent& p, const MemoryTrace& trace) {
   m.activations = trace.peak();
   m.peak = p.parameters + p.gradients + p.optimizer_state + p.workspace + trace.peak();
   m.peak_phase = trace.peak_phase();
+  return m;
+}
+
+// The layers training builds, walked by the planner: parameters allocated (their
+// bytes are what the plan counts) but never initialised, activations never allocated.
+struct PlannedModel {
+  net::Encoder encoder;
+  std::unique_ptr<net::Aggregator> aggregator;
+  net::Linear head;
+
+  explicit PlannedModel(const PlanInputs& in)
+      : encoder(in.model.encoder, std::nullopt),
+        aggregator(net::make_aggregator(in.aggregator, in.model.encoder.feature_dim(), 0)),
+        head("fc", in.model.encoder.feature_dim(), in.model.num_classes, std::nullopt) {}
+};
+
+// Peak of a two-pass step (pipeline/two_pass.cpp, call by call).
+StepMemory step_memory(PlannedModel& model, const PlanInputs& in, std::int64_t tile, std::int64_t tile_batch,
+                       std::int64_t tiles) {
+  BT_CHECK(tile_batch > 0 && tiles > 0, "plan: tile batch {} and tile count {} must be positive", tile_batch, tiles);
+  const net::KernelMemoryModel kernels = net::KernelMemoryModel::for_backend(in.backend);
+  const std::int64_t features = in.model.encoder.feature_dim();
+  const std::int64_t batch = std::min(tile_batch, tiles);
+  const Shape input{batch, in.model.encoder.in_channels, tile, tile};
+  const Persistent persistent = persistent_memory(in, {&model.encoder, model.aggregator.get(), &model.head}, kernels);
+
+  net::ForwardContext pass1 = net::ForwardContext::train(in.backend);
+  pass1.keep_activations = false;
+  pass1.freeze_bn = in.freeze_bn;
+  net::ForwardContext pass2 = pass1;
+  pass2.keep_activations = true;
+  const net::ForwardContext head = net::ForwardContext::train(in.backend);
+
+  // The trace outlives the walk's tensors.
+  MemoryTrace trace;
+  MemoryWalk walk(trace, kernels);
+  // TwoPassStep::begin_image: H [N, D].
+  trace.set_prefix("");
+  trace.set_phase("begin image");
+  const PlannedTensor h = walk.allocate({tiles, features});
+  auto uploads = [&] {
+    std::vector<PlannedTensor> batches;
+    for (int i = 0; i < device_batches(in.backend); ++i) batches.push_back(walk.allocate(input));
+    return batches;
+  };
+  {  // Pass 1: features only; each batch's rows are copied into H.
+    trace.set_prefix("pass 1 ");
+    trace.set_phase("input");
+    const std::vector<PlannedTensor> x = uploads();
+    const PlannedTensor f = walk.run_forward(model.encoder, x.front(), pass1);
+  }
+  PlannedTensor dh;
+  {  // finish_image: aggregator, head, loss, backward to dL/dH.
+    trace.set_prefix("head ");
+    const PlannedTensor z = walk.run_forward(*model.aggregator, h, head);
+    const PlannedTensor logits = walk.run_forward(model.head, z, head);
+    PlannedTensor targets = walk.allocate({1}, DType::i32);
+    targets = walk.allocate({1}, DType::i32);  // .to(device): a copy
+    const PlannedTensor dlogits = walk.allocate(logits.shape());
+    const PlannedTensor probabilities = walk.allocate(logits.shape());
+    const PlannedTensor dz = walk.run_backward(dlogits);
+    dh = walk.run_backward(dz);
+  }
+  {  // Pass 2: recompute keeping activations, backward with the batch's rows of dL/dH.
+    trace.set_prefix("pass 2 ");
+    trace.set_phase("input");
+    const std::vector<PlannedTensor> x = uploads();
+    const PlannedTensor f = walk.run_forward(model.encoder, x.front(), pass2);
+    walk.run_backward(dh.view({batch, features}));
+  }
+  StepMemory m = finish(persistent, trace);
+  m.features = h.bytes() + dh.bytes();
   return m;
 }
 
@@ -108,21 +181,23 @@ std::int64_t tiles_for(const PlanInputs& in, std::int64_t tile, std::int64_t til
 
 // Peak bytes of `tile_batch` at `tile`, or nullopt when the tile is too small for
 // the network or makes no grid.
-std::optional<std::size_t> peak_or_none(const PlanInputs& in, std::int64_t tile, std::int64_t tile_batch) {
+std::optional<std::size_t> peak_or_none(PlannedModel& model, const PlanInputs& in, std::int64_t tile,
+                                        std::int64_t tile_batch) {
   try {
     if (in.mode != "resize" && in.overlap >= tile) return std::nullopt;
     const std::int64_t tiles = tiles_for(in, tile, tile_batch);
     if (tiles <= 0) return std::nullopt;
-    return plan_step_memory(in, tile, std::min(tile_batch, tiles), tiles).peak;
+    return step_memory(model, in, tile, std::min(tile_batch, tiles), tiles).peak;
   } catch (const Error&) {
     return std::nullopt;
   }
 }
 
 // Largest batch in [1, limit] whose step fits `budget` (peak grows with the batch).
-std::int64_t max_batch(const PlanInputs& in, std::int64_t tile, std::size_t budget, std::int64_t limit) {
+std::int64_t max_batch(PlannedModel& model, const PlanInputs& in, std::int64_t tile, std::size_t budget,
+                       std::int64_t limit) {
   auto fits = [&](std::int64_t batch) {
-    const auto peak = peak_or_none(in, tile, batch);
+    const auto peak = peak_or_none(model, in, tile, batch);
     return peak && *peak <= budget;
   };
   if (!fits(1)) return 0;
@@ -142,83 +217,26 @@ std::int64_t max_batch(const PlanInputs& in, std::int64_t tile, std::size_t budg
 }  // namespace
 
 StepMemory plan_step_memory(const PlanInputs& in, std::int64_t tile, std::int64_t tile_batch, std::int64_t tiles) {
-  BT_CHECK(tile_batch > 0 && tiles > 0, "plan: tile batch {} and tile count {} must be positive", tile_batch, tiles);
-  const net::KernelMemoryModel kernels = net::KernelMemoryModel::for_backend(in.backend);
-  const net::EncoderSpec& spec = in.model.encoder;
-  const std::int64_t features = spec.feature_dim();
-  const std::int64_t batch = std::min(tile_batch, tiles);
-  const Shape input{batch, spec.in_channels, tile, tile};
-
-  // The trace outlives the simulated layers, which hold blocks of it.
-  MemoryTrace trace;
-  const auto encoder = net::make_sim_encoder(spec);
-  const auto aggregator = net::make_sim_aggregator(in.aggregator, features);
-  const auto head = net::make_sim_linear("fc", features, in.model.num_classes);
-  const Persistent persistent = persistent_memory(in, {encoder.get(), aggregator.get(), head.get()}, kernels);
-
-  SimContext pass1{.trace = &trace, .kernels = &kernels, .training = true, .keep_activations = false,
-                   .freeze_bn = in.freeze_bn};
-  SimContext pass2 = pass1;
-  pass2.keep_activations = true;
-
-  // TwoPassStep::begin_image: H [N, D].
-  trace.set_prefix("");
-  trace.set_phase("begin image");
-  SimTensor h = SimTensor::allocate(trace, {tiles, features});
-  auto uploads = [&] {
-    std::vector<SimTensor> batches;
-    for (int i = 0; i < device_batches(in.backend); ++i) batches.push_back(SimTensor::allocate(trace, input));
-    return batches;
-  };
-  {  // Pass 1: features only; each batch's rows are copied into H.
-    trace.set_prefix("pass 1 ");
-    trace.set_phase("input");
-    std::vector<SimTensor> x = uploads();
-    SimTensor f = encoder->forward(x.front(), pass1);
-  }
-  SimTensor dh;
-  {  // finish_image: aggregator, head, loss, backward to dL/dH.
-    trace.set_prefix("head ");
-    SimContext ctx = pass2;
-    SimTensor z = aggregator->forward(h, ctx);
-    SimTensor logits = head->forward(z, ctx);
-    SimTensor targets = SimTensor::allocate(trace, {1}, DType::i32);
-    targets = SimTensor::allocate(trace, {1}, DType::i32);  // .to(device): a copy
-    SimTensor dlogits = SimTensor::allocate(trace, logits.shape);
-    SimTensor probabilities = SimTensor::allocate(trace, logits.shape);
-    SimTensor dz = head->backward(dlogits, ctx);
-    dh = aggregator->backward(dz, ctx);
-  }
-  {  // Pass 2: recompute keeping activations, backward with the batch's rows of dL/dH.
-    trace.set_prefix("pass 2 ");
-    trace.set_phase("input");
-    std::vector<SimTensor> x = uploads();
-    SimTensor f = encoder->forward(x.front(), pass2);
-    encoder->backward(dh.view({batch, features}), pass2);
-  }
-  StepMemory m = finish(persistent, trace);
-  m.features = h.bytes() + dh.bytes();
-  return m;
+  PlannedModel model(in);
+  return step_memory(model, in, tile, tile_batch, tiles);
 }
 
 namespace {
 
 // Whole-image training at batch 1, as net::Model::forward/backward would run it.
-StepMemory whole_image_memory(const PlanInputs& in, std::int64_t width, std::int64_t height) {
+StepMemory whole_image_memory(PlannedModel& model, const PlanInputs& in, std::int64_t width, std::int64_t height) {
   const net::KernelMemoryModel kernels = net::KernelMemoryModel::for_backend(in.backend);
-  const net::EncoderSpec& spec = in.model.encoder;
+  const Persistent persistent = persistent_memory(in, {&model.encoder, &model.head}, kernels);
+  net::ForwardContext ctx = net::ForwardContext::train(in.backend);
+  ctx.freeze_bn = in.freeze_bn;
   MemoryTrace trace;
-  const auto encoder = net::make_sim_encoder(spec);
-  const auto head = net::make_sim_linear("fc", spec.feature_dim(), in.model.num_classes);
-  const Persistent persistent = persistent_memory(in, {encoder.get(), head.get()}, kernels);
-  SimContext ctx{.trace = &trace, .kernels = &kernels, .training = true, .keep_activations = true,
-                 .freeze_bn = in.freeze_bn};
+  MemoryWalk walk(trace, kernels);
   {
-    SimTensor x = SimTensor::allocate(trace, {1, spec.in_channels, height, width});
-    SimTensor f = encoder->forward(x, ctx);
-    SimTensor logits = head->forward(f, ctx);
-    SimTensor dlogits = SimTensor::allocate(trace, logits.shape);
-    encoder->backward(head->backward(dlogits, ctx), ctx);
+    const PlannedTensor x = walk.allocate({1, in.model.encoder.in_channels, height, width});
+    const PlannedTensor f = walk.run_forward(model.encoder, x, ctx);
+    const PlannedTensor logits = walk.run_forward(model.head, f, ctx);
+    const PlannedTensor dlogits = walk.allocate(logits.shape());
+    walk.run_backward(walk.run_backward(dlogits));
   }
   return finish(persistent, trace);
 }
@@ -238,9 +256,10 @@ TrainingPlan plan_training(const PlanInputs& in, std::optional<std::size_t> memo
   if (in.image_width) grid = image_grid(in, plan.tile);
   plan.tiles = grid ? grid->tiles : in.tile_batch;
   plan.tile_batch = std::min(in.tile_batch, plan.tiles);
-  plan.encoder = net::plan_encoder(spec, {plan.tile_batch, spec.in_channels, plan.tile, plan.tile}, kernels,
+  PlannedModel model(in);
+  plan.encoder = net::plan_encoder(model.encoder, {plan.tile_batch, spec.in_channels, plan.tile, plan.tile}, kernels,
                                    in.freeze_bn);
-  plan.step = plan_step_memory(in, plan.tile, plan.tile_batch, plan.tiles);
+  plan.step = step_memory(model, in, plan.tile, plan.tile_batch, plan.tiles);
   plan.step.kept_activations = plan.encoder.kept_bytes;
   const std::int64_t in_flight = in.tiles_in_flight > 0 ? in.tiles_in_flight : 4 * in.tile_batch;
   plan.host_tile_buffers = static_cast<std::size_t>(std::max(in_flight, 2 * in.tile_batch) * spec.in_channels *
@@ -263,11 +282,11 @@ TrainingPlan plan_training(const PlanInputs& in, std::optional<std::size_t> memo
     image.pass2_forward_flops = n * forward;
     image.pass2_backward_flops = n * backward;
     image.tiled_flops = image.pass1_forward_flops + image.pass2_forward_flops + image.pass2_backward_flops;
-    image.whole_image_encoder = net::plan_encoder(spec, {1, spec.in_channels, grid->height, grid->width}, kernels,
+    image.whole_image_encoder = net::plan_encoder(model.encoder, {1, spec.in_channels, grid->height, grid->width}, kernels,
                                                   in.freeze_bn);
     image.whole_image_encoder.layers.clear();  // the table is the tile's; keep the totals
     image.whole_image_flops = image.whole_image_encoder.forward_flops + image.whole_image_encoder.backward_flops;
-    image.whole_image = whole_image_memory(in, grid->width, grid->height);
+    image.whole_image = whole_image_memory(model, in, grid->width, grid->height);
     image.whole_image.kept_activations = image.whole_image_encoder.kept_bytes;
     plan.image = image;
   }
@@ -276,18 +295,18 @@ TrainingPlan plan_training(const PlanInputs& in, std::optional<std::size_t> memo
     BudgetFigures budget;
     budget.budget = *memory_budget;
     const std::int64_t batch_limit = grid ? std::max<std::int64_t>(1, grid->tiles) : std::int64_t{1} << 16;
-    budget.max_tile_batch = max_batch(in, plan.tile, budget.budget, batch_limit);
+    budget.max_tile_batch = max_batch(model, in, plan.tile, budget.budget, batch_limit);
     if (in.mode == "tiles") {
       const std::int64_t tile_limit = grid ? std::max(grid->width, grid->height) : 8192;
       for (std::int64_t tile = 32; tile <= std::max<std::int64_t>(32, tile_limit); tile += 32) {
-        const auto peak = peak_or_none(in, tile, in.tile_batch);
+        const auto peak = peak_or_none(model, in, tile, in.tile_batch);
         if (peak && *peak <= budget.budget) budget.max_tile = tile;
       }
       for (std::int64_t tile : {64, 128, 256, 512, 1024, 2048}) {
         if (grid && tile > std::max(grid->width, grid->height)) break;
         if (tile <= in.overlap) continue;
         const std::int64_t limit = grid ? std::max<std::int64_t>(1, image_grid(in, tile).tiles) : std::int64_t{1} << 16;
-        budget.batch_by_tile.push_back({tile, max_batch(in, tile, budget.budget, limit)});
+        budget.batch_by_tile.push_back({tile, max_batch(model, in, tile, budget.budget, limit)});
       }
     }
     plan.budget = budget;

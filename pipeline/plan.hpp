@@ -7,9 +7,9 @@
 // recomputation included) against whole-image training; and the largest tile batch
 // and tile size that fit a memory budget.
 //
-// Memory comes from net/memory_plan's replay of every allocation a step makes
-// (rounded as the caching allocator rounds), so the prediction is checked against
-// the allocator's measured peak (tests/pipeline/plan_test.cpp). It is device
+// Memory comes from net/memory_plan's walk of the real layers, each describing
+// what its calls allocate (rounded as the caching allocator rounds), so the
+// prediction is checked against the allocator's measured peak (tests/pipeline/plan_test.cpp). It is device
 // memory as the allocator counts it: the CUDA context, cuDNN/cuBLAS handles and
 // library code are outside it.
 #include <cstdint>

@@ -1,7 +1,8 @@
-// The planner against reality: the simulated encoders have exactly the real
-// encoders' parameters, their FLOPs match published counts, and the predicted peak
-// of a two-pass training step is within 20% of the peak the caching allocator
-// measures in a real step (forward, head, recompute + backward, optimizer step).
+// The planner against reality: it counts the real encoders' parameters, its FLOPs
+// match published counts, and the predicted peaks of a two-pass training step
+// (forward, head, recompute + backward, optimizer step) and of forwards that keep
+// nothing (pass 1, inference) are close to the peaks the caching allocator measures
+// when the same layers run.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -40,7 +41,9 @@ PlanInputs inputs_for(const net::ModelSpec& model, std::int64_t tile, std::int64
 
 // ---- structure ------------------------------------------------------------------
 
-TEST(PlanStructure, SimulatedEncodersHaveTheRealParameters) {
+// The planner walks the layers training builds, so its parameters are theirs; each
+// table row carries exactly the parameters the model names under the row's prefix.
+TEST(PlanStructure, PlannedParametersAreTheRealEncodersPerRow) {
   for (const char* yaml : {"preset: resnet18\nin_channels: 1\nnum_classes: 2\n",
                            "preset: resnet50\nin_channels: 1\nnum_classes: 2\nstem: {kernel: 11, stride: 4}\n",
                            "preset: resnet20\nin_channels: 3\nwidth: 0.5\nnum_classes: 10\n",
@@ -49,14 +52,25 @@ TEST(PlanStructure, SimulatedEncodersHaveTheRealParameters) {
     const net::ModelSpec spec = spec_from(yaml);
     net::Encoder real(spec.encoder, std::nullopt);
     const net::StateRefs refs = real.state();
-    std::vector<Shape> sim_parameters, sim_buffers;
-    net::make_sim_encoder(spec.encoder)->parameter_shapes(sim_parameters, sim_buffers);
-    ASSERT_EQ(sim_parameters.size(), refs.parameters.size());
-    for (std::size_t i = 0; i < sim_parameters.size(); ++i)
-      EXPECT_EQ(sim_parameters[i], refs.parameters[i]->value.shape()) << refs.parameters[i]->name;
-    ASSERT_EQ(sim_buffers.size(), refs.buffers.size());
-    for (std::size_t i = 0; i < sim_buffers.size(); ++i)
-      EXPECT_EQ(sim_buffers[i], refs.buffers[i]->value.shape()) << refs.buffers[i]->name;
+    const net::EncoderPlan plan =
+        net::plan_encoder(spec.encoder, {2, spec.encoder.in_channels, 128, 128}, net::KernelMemoryModel{});
+    std::int64_t count = 0, rows_count = 0;
+    std::size_t buffer_bytes = 0, rows_buffer_bytes = 0;
+    for (const net::Parameter* p : refs.parameters) count += p->value.numel();
+    for (const net::Buffer* b : refs.buffers) buffer_bytes += CachingAllocator::rounded_size(b->value.nbytes());
+    EXPECT_EQ(plan.parameters.count, count);
+    EXPECT_EQ(plan.parameters.buffers, buffer_bytes);
+    for (const net::LayerPlan& row : plan.layers) {
+      std::int64_t named = 0;
+      for (const net::Parameter* p : refs.parameters)
+        if (p->name.rfind(row.name + ".", 0) == 0 && p->name.find('.', row.name.size() + 1) == std::string::npos)
+          named += p->value.numel();
+      EXPECT_EQ(row.parameters, named) << row.name;
+      rows_count += row.parameters;
+      rows_buffer_bytes += row.buffer_bytes;
+    }
+    EXPECT_EQ(rows_count, count);
+    EXPECT_EQ(rows_buffer_bytes, buffer_bytes);
   }
 }
 
@@ -83,6 +97,14 @@ TEST(PlanStructure, ResNet50FlopsMatchThePublishedCount) {
 }
 
 // ---- predicted vs measured peak -------------------------------------------------
+
+// Planned over measured peaks, as tight as the walk allows. Measured on this suite's
+// cases (AVX-512 CPU): steps 0.996-1.000 (the miss: a gradient the real residual
+// code holds to the end of a nested expression, which the walk frees when its
+// consumer returns), so 1% is 2.5x the largest miss; forwards 1.000-1.030 (the RGB
+// stem's NHWC source reorder is planned but oneDNN's forward skips it), so 5%.
+constexpr double kStepTolerance = 0.01;
+constexpr double kForwardTolerance = 0.05;
 
 struct Case {
   const char* name;
@@ -133,9 +155,9 @@ TEST_P(PlanVsMeasured, PredictedPeakWithin20PercentOfTheAllocator) {
   // Printed for the record (the figures quoted in notes come from this line).
   std::printf("[plan] %-34s predicted %12zu  measured %12zu  predicted/measured %.3f  (peak at %s)\n", c.name,
               predicted, measured, ratio, plan.peak_phase.c_str());
-  // The bound; the replay mirrors the layers, so misses are kernel temporaries.
-  EXPECT_GT(ratio, 0.8);
-  EXPECT_LT(ratio, 1.2);
+  // Was the 20%; the layers' own footprints hold it to kStepTolerance.
+  EXPECT_GT(ratio, 1.0 - kStepTolerance);
+  EXPECT_LT(ratio, 1.0 + kStepTolerance);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -148,6 +170,44 @@ INSTANTIATE_TEST_SUITE_P(
         // RGB: the stem's input is reordered to NHWC (a temporary); odd channel counts pad to oneDNN's blocks.
         Case{"small_rgb_width03_tile96_batch8", "preset: small\nin_channels: 3\nnum_classes: 2\nwidth: 0.3\n", 96, 8}),
     [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
+
+// Forwards that keep nothing, one batch through a real encoder: pass 1 (training
+// BatchNorm, nothing kept) and inference (running statistics), each measured after
+// a first forward has built the kernels' caches. Both peaks count the input.
+struct ForwardPeaks {
+  std::size_t pass1 = 0, inference = 0;
+};
+
+ForwardPeaks measured_forward_peaks(const net::ModelSpec& spec, std::int64_t tile, std::int64_t batch) {
+  net::Encoder encoder(spec.encoder, 11);
+  Allocator& allocator = allocator_for(Device::cpu());
+  net::ForwardContext pass1 = net::ForwardContext::train(Backend::cpu);
+  pass1.keep_activations = false;
+  auto peak_of = [&](const net::ForwardContext& ctx) {
+    const Shape shape{batch, spec.encoder.in_channels, tile, tile};
+    encoder.forward(testing::random_tensor(shape, 5), ctx);
+    const std::size_t before = allocator.stats().current_bytes;
+    allocator.reset_peak();
+    const Tensor x = testing::random_tensor(shape, 5);
+    encoder.forward(x, ctx);
+    return allocator.stats().peak_bytes - before;
+  };
+  return {.pass1 = peak_of(pass1), .inference = peak_of(net::ForwardContext::inference(Backend::cpu))};
+}
+
+TEST_P(PlanVsMeasured, ForwardPeaksOfPass1AndInference) {
+  const Case& c = GetParam();
+  const net::ModelSpec spec = spec_from(c.model);
+  const net::EncoderPlan plan = net::plan_encoder(spec.encoder, {c.batch, spec.encoder.in_channels, c.tile, c.tile},
+                                                  net::KernelMemoryModel::for_backend(Backend::cpu));
+  const ForwardPeaks measured = measured_forward_peaks(spec, c.tile, c.batch);
+  const double pass1 = static_cast<double>(plan.pass1_peak) / static_cast<double>(measured.pass1);
+  const double inference = static_cast<double>(plan.inference_peak) / static_cast<double>(measured.inference);
+  std::printf("[plan] %-34s pass 1 predicted %11zu measured %11zu (%.3f); inference predicted %11zu measured %11zu (%.3f)\n",
+              c.name, plan.pass1_peak, measured.pass1, pass1, plan.inference_peak, measured.inference, inference);
+  EXPECT_NEAR(pass1, 1.0, kForwardTolerance);
+  EXPECT_NEAR(inference, 1.0, kForwardTolerance);
+}
 
 // ---- image figures and budget ---------------------------------------------------
 
