@@ -42,12 +42,12 @@ struct TapeEntry {
     release,  // the composite's backward returns, at its start
   };
   Kind kind = Kind::call;
-  std::string name;
+  std::string name{};
   LayerFootprint::InputGradient input_gradient = LayerFootprint::InputGradient::allocated;
   std::size_t backward_scratch = 0;
-  Shape input_shape;
+  Shape input_shape{};
   int input = -1, other_input = -1, output = -1;  // other_input: an add's second operand
-  std::vector<std::shared_ptr<MemoryTrace::Block>> kept;
+  std::vector<std::shared_ptr<MemoryTrace::Block>> kept{};
 };
 
 struct MemoryWalk::Tape {

@@ -144,7 +144,7 @@ std::size_t measured_step_peak(const net::ModelSpec& spec, const PlanInputs& in)
 
 class PlanVsMeasured : public ::testing::TestWithParam<Case> {};
 
-TEST_P(PlanVsMeasured, PredictedPeakWithin20PercentOfTheAllocator) {
+TEST_P(PlanVsMeasured, PredictedPeakWithin1PercentOfTheAllocator) {
   const Case& c = GetParam();
   const net::ModelSpec spec = spec_from(c.model);
   const PlanInputs in = inputs_for(spec, c.tile, c.batch);
