@@ -67,6 +67,7 @@ TilerConfig read_tiler(ConfigSection s) {
   if (t.background == "local_contrast" && t.threshold == 0) s.fail("threshold", "must be at least 1 with background: local_contrast (or -1: from the noise)");
   t.max_tiles_per_image = s.get_int("max_tiles_per_image", t.max_tiles_per_image, 0, kIntMax);
   t.resize_size = s.get_int("resize_size", t.resize_size, 8, 1 << 16);
+  t.resize_cache_mb = s.get_int("resize_cache_mb", t.resize_cache_mb, 0, std::int64_t{1} << 30);
   s.finish();
   return t;
 }
@@ -77,6 +78,9 @@ AggregatorConfig read_aggregator(ConfigSection s) {
   a.hidden = s.get_int("hidden", a.hidden, 1, 1 << 16);
   a.gated = s.get_bool("gated", a.gated);
   a.dropout = s.get_double("dropout", a.dropout, 0.0, 0.95);
+  a.top_tiles = s.get_int("top_tiles", a.top_tiles, 0, kIntMax);
+  if (a.top_tiles > 0 && a.kind != "attention")
+    s.fail("top_tiles", fmt::format("ranks tiles by attention; aggregator.kind {} has none", a.kind));
   s.finish();
   return a;
 }
@@ -117,6 +121,7 @@ TrainConfig read_train(ConfigSection s) {
   }
   t.freeze_bn = s.get_bool("freeze_bn", t.freeze_bn);
   t.bn_calibration_images = s.get_int("bn_calibration_images", t.bn_calibration_images, 0, kIntMax);
+  t.diagnostics = s.get_bool("diagnostics", t.diagnostics);
   t.best_metric =
       s.get_choice("best_metric", t.best_metric, {"val_accuracy", "val_balanced_accuracy", "val_loss", "val_auc"});
   t.precision = s.get_choice("precision", t.precision, {"fp32", "bf16", "fp16"});
@@ -168,6 +173,11 @@ Config parse_node(YAML::Node root, std::shared_ptr<ConfigOrigin> origin, const s
   ConfigSection train = top.section("train");
   config.train = read_train(train);
   config.device = read_device(top.section("device"));
+  // Pass 2 runs the encoder on the selected tiles only, in smaller batches: batch
+  // statistics would then differ from pass 1's.
+  if (config.aggregator.top_tiles > 0 && !config.train.freeze_bn)
+    train.fail("freeze_bn", "aggregator.top_tiles needs freeze_bn: true (pass 2 computes the selected tiles in "
+                            "sub-batches, whose BatchNorm batch statistics would differ from pass 1's)");
   // device: auto without a GPU is refused by the trainer, once it knows.
   if (config.train.precision != "fp32" && config.device.type == "cpu")
     train.fail("precision", fmt::format("{} needs device: cuda (the CPU backend computes in float32; bfloat16 "
@@ -257,6 +267,7 @@ std::string config_to_yaml(const Config& c) {
   out << YAML::Key << "threshold" << YAML::Value << c.tiler.threshold;
   out << YAML::Key << "max_tiles_per_image" << YAML::Value << c.tiler.max_tiles_per_image;
   out << YAML::Key << "resize_size" << YAML::Value << c.tiler.resize_size;
+  out << YAML::Key << "resize_cache_mb" << YAML::Value << c.tiler.resize_cache_mb;
   out << YAML::EndMap;
 
   if (c.model.IsDefined() && !c.model.IsNull()) out << YAML::Key << "model" << YAML::Value << c.model;
@@ -266,6 +277,7 @@ std::string config_to_yaml(const Config& c) {
   out << YAML::Key << "hidden" << YAML::Value << c.aggregator.hidden;
   out << YAML::Key << "gated" << YAML::Value << c.aggregator.gated;
   out << YAML::Key << "dropout" << YAML::Value << c.aggregator.dropout;
+  out << YAML::Key << "top_tiles" << YAML::Value << c.aggregator.top_tiles;
   out << YAML::EndMap;
 
   const TrainConfig& t = c.train;
@@ -297,6 +309,7 @@ std::string config_to_yaml(const Config& c) {
   out << YAML::EndMap;
   out << YAML::Key << "freeze_bn" << YAML::Value << t.freeze_bn;
   out << YAML::Key << "bn_calibration_images" << YAML::Value << t.bn_calibration_images;
+  out << YAML::Key << "diagnostics" << YAML::Value << t.diagnostics;
   out << YAML::Key << "best_metric" << YAML::Value << t.best_metric;
   out << YAML::Key << "precision" << YAML::Value << t.precision;
   out << YAML::Key << "loss_scale" << YAML::Value << YAML::BeginMap;

@@ -47,6 +47,9 @@ struct TilerConfig {
   std::int64_t threshold = -1;
   std::int64_t max_tiles_per_image = 0;  // training only: random subset of this many tiles (0: all)
   std::int64_t resize_size = 224;        // mode resize only
+  // mode resize only: resized images kept in memory, up to this many MiB (0: read
+  // and resize every image every epoch; see pipeline/resize_cache.hpp).
+  std::int64_t resize_cache_mb = 1024;
 };
 
 struct AggregatorConfig {
@@ -54,6 +57,9 @@ struct AggregatorConfig {
   std::int64_t hidden = 128;       // attention only
   bool gated = true;               // attention only: Ilse et al.'s gated variant
   double dropout = 0.0;            // on the aggregated feature, training only
+  // attention only: 0 aggregates every tile; M > 0 only the M tiles the attention
+  // ranks highest (scored without gradients; pass 2 computes only those; see two_pass.hpp).
+  std::int64_t top_tiles = 0;
 };
 
 struct AugmentationConfig {
@@ -105,6 +111,9 @@ struct TrainConfig {
   // and fp16 need device: cuda; fp16 uses dynamic loss scaling (loss_scale).
   std::string precision = "fp32";
   LossScaleConfig loss_scale;
+  // Writes diagnostics.csv and gradients.csv into the run directory (attention
+  // entropy, evidence tiles, gradient norms per weight; pipeline/training_diagnostics.hpp).
+  bool diagnostics = false;
 };
 
 struct DeviceConfig {

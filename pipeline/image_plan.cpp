@@ -5,6 +5,7 @@
 
 #include "kernels/core/error.hpp"
 #include "pipeline/random.hpp"
+#include "pipeline/resize_cache.hpp"
 #include "tiler/background.hpp"
 #include "tiler/tile_grid.hpp"
 
@@ -32,10 +33,22 @@ ImagePlan plan_image(const std::string& path, const TilerConfig& config, bool tr
     // The baseline: the whole image at resize_size x resize_size as one "tile".
     const double factor = std::max(static_cast<double>(info.width()), static_cast<double>(info.height())) /
                           static_cast<double>(config.resize_size);
-    plan.sampling = tiler::sampling_at_downsample(info, std::max(1.0, factor));
+    const tiler::Sampling sampling = tiler::sampling_at_downsample(info, std::max(1.0, factor));
     plan.tile_size = static_cast<int>(config.resize_size);
-    plan.tiles = {cv::Rect(0, 0, plan.tile_size, plan.tile_size)};
+    const cv::Rect whole(0, 0, plan.tile_size, plan.tile_size);
+    plan.tiles = {whole};
     plan.grid_tiles = 1;
+    if (config.resize_cache_mb == 0) {
+      plan.sampling = sampling;
+      return plan;
+    }
+    // The resized pixels, read once per process (resize_cache.hpp): the reader
+    // then copies them from memory at level 0 instead of re-reading the image.
+    const std::shared_ptr<const tiler::ImageSource> original = plan.source;
+    plan.source = cached_resized_image(
+        path, config.resize_size, config.resize_cache_mb << 20,
+        [&] { return tiler::read_tile(*original, sampling, whole); }, info);
+    plan.sampling = tiler::sampling_at_level(plan.source->info(), 0);
     return plan;
   }
   plan.sampling = config.downsample > 1.0 ? tiler::sampling_at_downsample(info, config.downsample)

@@ -187,6 +187,7 @@ LoadedCheckpoint load_checkpoint_for_inference(const std::string& path) {
     }
     aggregator.hidden = json_field(path, "aggregator", a, "hidden", aggregator.hidden);
     aggregator.gated = json_field(path, "aggregator", a, "gated", aggregator.gated);
+    c.top_tiles = json_field<std::int64_t>(path, "aggregator", a, "top_tiles", 0);
   }
   c.model = std::make_unique<net::Model>(spec, 0, false);
   c.aggregator = net::make_aggregator(aggregator, c.model->encoder().feature_dim(), 0);
@@ -207,6 +208,7 @@ InferenceStats InferenceEngine::run(const std::vector<InferenceItem>& items,
   TwoPassOptions step_options;
   step_options.backend = options_.backend;
   step_options.label_smoothing = static_cast<float>(checkpoint_.label_smoothing);
+  step_options.top_tiles = checkpoint_.top_tiles;  // the model was trained to see these tiles only
   TwoPassStep step(image_model, step_options);
   const Preprocessing preprocessing = checkpoint_.preprocessing();
   const std::int64_t classes = checkpoint_.model->head().out_features();

@@ -35,6 +35,7 @@ struct LoadedCheckpoint {
   std::int64_t max_value = 0;     // data.max_value of the training run (0: each image's own)
   std::int64_t tile_batch = 16;
   double label_smoothing = 0.0;   // of the training run, so eval losses match its own
+  std::int64_t top_tiles = 0;      // aggregator.top_tiles of the training run
   std::unique_ptr<net::Model> model;
   std::unique_ptr<net::Aggregator> aggregator;
 

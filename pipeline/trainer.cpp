@@ -37,6 +37,7 @@
 #include "pipeline/random.hpp"
 #include "pipeline/report.hpp"
 #include "pipeline/tile_stream.hpp"
+#include "pipeline/training_diagnostics.hpp"
 #include "pipeline/two_pass.hpp"
 
 namespace bigtrain {
@@ -90,6 +91,7 @@ struct Trainer::State {
   std::unique_ptr<net::Aggregator> aggregator;
   std::unique_ptr<net::Optimizer> optimizer;
   std::unique_ptr<TwoPassStep> step;
+  std::unique_ptr<TrainingDiagnostics> diagnostics;  // train.diagnostics, rank 0 only
   ImageModel image_model;
   Backend backend = Backend::cpu;
   LossScaler loss_scaler;  // enabled for train.precision fp16
@@ -199,7 +201,8 @@ net::Metadata Trainer::State::checkpoint_metadata() const {
   metadata["aggregator"] = nlohmann::json{{"kind", config.aggregator.kind},
                                           {"hidden", config.aggregator.hidden},
                                           {"gated", config.aggregator.gated},
-                                          {"dropout", config.aggregator.dropout}}
+                                          {"dropout", config.aggregator.dropout},
+                                          {"top_tiles", config.aggregator.top_tiles}}
                                .dump();
   metadata["classes"] = nlohmann::json(dataset.classes).dump();
   metadata["normalization"] = nlohmann::json{{"mean", config.data.mean}, {"std", config.data.std}}.dump();
@@ -355,6 +358,7 @@ EpochSummary Trainer::State::train_epoch(std::int64_t epoch) {
         if (scale_used != 1.0f)
           for (net::Parameter* p : params)
             if (p->grad.defined()) kernels::scale(backend, 1.0f / scale_used, p->grad);
+        if (diagnostics) diagnostics->step(epoch, optimizer->steps_taken() + 1);
         if (config.train.clip_grad_norm > 0) {
           net::GradClipOptions clip;
           clip.max_norm = config.train.clip_grad_norm;
@@ -409,6 +413,9 @@ EpochSummary Trainer::State::train_epoch(std::int64_t epoch) {
             labels.push_back(sample.label);
             probabilities.push_back(outcome.probabilities);
             losses.push_back(outcome.loss);
+            if (diagnostics)
+              diagnostics->image(epoch, optimizer->steps_taken() + 1, *batch.plan, sample.label, outcome.loss,
+                                 step->attention(), step->selected_tiles());
           }
           return;
         }
@@ -440,6 +447,7 @@ EpochSummary Trainer::State::train_epoch(std::int64_t epoch) {
                  1e3 * (world().stats().allreduce_seconds - allreduce_seconds_before) / static_cast<double>(step_index),
                  static_cast<double>(gradients.bytes()) / 1e6, world().description());
   report_progress(true);
+  if (diagnostics) diagnostics->end_epoch(epoch);
   EpochSummary row;
   row.epoch = epoch;
   row.split = "train";
@@ -593,11 +601,18 @@ Trainer::Trainer(Config config, bool resume, std::optional<Backend> backend) : s
   schedule.step_size = std::max<std::int64_t>(1, s.steps_per_epoch() * c.train.step_every_epochs);
   schedule.gamma = c.train.step_gamma;
   s.optimizer->set_schedule(net::LrSchedule(schedule));
+  if (c.train.diagnostics && world().is_root()) {
+    std::vector<net::Parameter*> weights;  // convolution and linear weights: a norm per layer
+    for (net::Parameter* p : s.image_model.parameters())
+      if (p->value.rank() >= 2) weights.push_back(p);
+    s.diagnostics = std::make_unique<TrainingDiagnostics>(s.run_dir.string(), c.data.train, weights, s.backend);
+  }
   s.step = std::make_unique<TwoPassStep>(
       s.image_model, TwoPassOptions{.backend = s.backend,
                                     .freeze_bn = c.train.freeze_bn,
                                     .label_smoothing = static_cast<float>(c.train.label_smoothing),
-                                    .encoder_compute_dtype = compute_dtype});
+                                    .encoder_compute_dtype = compute_dtype,
+                                    .top_tiles = c.aggregator.top_tiles});
 
   if (resume) {
     const LoadedTrainingState loaded =

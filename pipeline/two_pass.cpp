@@ -1,5 +1,7 @@
 #include "pipeline/two_pass.hpp"
 
+#include <algorithm>
+
 #include "kernels/core/error.hpp"
 #include "kernels/cross_entropy.hpp"
 #include "kernels/elementwise.hpp"
@@ -19,6 +21,10 @@ void ImageModel::zero_grad() const {
 
 TwoPassStep::TwoPassStep(const ImageModel& model, const TwoPassOptions& options) : model_(model), options_(options) {
   BT_CHECK(model.encoder && model.aggregator && model.head, "two-pass step: encoder, aggregator and head are required");
+  BT_CHECK(options.top_tiles == 0 || model.aggregator->kind() == net::AggregatorKind::attention,
+           "two-pass step: aggregator.top_tiles ranks tiles by attention; the {} aggregator has none",
+           net::aggregator_kind_name(model.aggregator->kind()));
+  BT_CHECK(options.top_tiles >= 0, "two-pass step: top_tiles must not be negative, got {}", options.top_tiles);
   BT_CHECK(model.encoder->feature_dim() == model.aggregator->features() &&
                model.aggregator->features() == model.head->in_features(),
            "two-pass step: the encoder emits {} features, the aggregator takes {}, the head {}",
@@ -50,7 +56,38 @@ void TwoPassStep::begin_image(std::int64_t tiles, int label, std::uint64_t dropo
 void TwoPassStep::end_image() {
   h_ = Tensor();
   dh_ = Tensor();
+  scores_ = Tensor();
+  selected_.clear();
+  is_selected_.clear();
   rows_filled_ = 0;
+}
+
+Tensor TwoPassStep::select_rows() {
+  selected_.clear();
+  is_selected_.clear();
+  const std::int64_t n = h_.dim(0);
+  if (options_.top_tiles == 0 || n <= options_.top_tiles) return h_;
+  // Scoring: attention over all N, no dropout, nothing kept for backward.
+  net::ForwardContext score_ctx = net::ForwardContext::inference(options_.backend);
+  model_.aggregator->forward(h_, score_ctx);
+  scores_ = model_.aggregator->attention().to(Device::cpu());
+  const std::vector<float> a = scores_.to_vector();
+  std::vector<std::int64_t> order(static_cast<std::size_t>(n));
+  for (std::int64_t k = 0; k < n; ++k) order[static_cast<std::size_t>(k)] = k;
+  // Ties (identical tiles) go to the lower index, so the choice is deterministic.
+  std::partial_sort(order.begin(), order.begin() + options_.top_tiles, order.end(), [&](std::int64_t x, std::int64_t y) {
+    const float ax = a[static_cast<std::size_t>(x)], ay = a[static_cast<std::size_t>(y)];
+    return ax > ay || (ax == ay && x < y);
+  });
+  selected_.assign(order.begin(), order.begin() + options_.top_tiles);
+  std::sort(selected_.begin(), selected_.end());
+  is_selected_.assign(static_cast<std::size_t>(n), false);
+  for (std::int64_t k : selected_) is_selected_[static_cast<std::size_t>(k)] = true;
+  Tensor chosen = Tensor::empty({options_.top_tiles, h_.dim(1)}, DType::f32, h_.device());
+  for (std::size_t r = 0; r < selected_.size(); ++r)
+    chosen.slice_rows(static_cast<std::int64_t>(r), static_cast<std::int64_t>(r) + 1)
+        .copy_from(h_.slice_rows(selected_[r], selected_[r] + 1));
+  return chosen;
 }
 
 void TwoPassStep::store_rows(const Tensor& features, std::int64_t first_tile) {
@@ -74,7 +111,7 @@ ImageOutcome TwoPassStep::head_forward(bool training, float loss_scale) {
   ctx.training = training;
   ctx.keep_activations = training;
   ctx.dropout_seed = dropout_seed_;
-  Tensor z = model_.aggregator->forward(h_, ctx);
+  Tensor z = model_.aggregator->forward(select_rows(), ctx);
   Tensor logits = model_.head->forward(z, ctx);
   const Device device = backend_device(options_.backend);
   Tensor targets = Tensor::empty({1}, DType::i32);
@@ -91,7 +128,16 @@ ImageOutcome TwoPassStep::head_forward(bool training, float loss_scale) {
   if (training) {
     kernels::scale(options_.backend, loss_scale, dlogits);
     Tensor dz = model_.head->backward(dlogits);
-    dh_ = model_.aggregator->backward(dz);
+    Tensor dh = model_.aggregator->backward(dz);
+    if (selected_.empty()) {
+      dh_ = dh;
+    } else {
+      // The unselected rows get no gradient; pass 2 skips them.
+      dh_ = Tensor::zeros(h_.shape(), DType::f32, h_.device());
+      for (std::size_t r = 0; r < selected_.size(); ++r)
+        dh_.slice_rows(selected_[r], selected_[r] + 1)
+            .copy_from(dh.slice_rows(static_cast<std::int64_t>(r), static_cast<std::int64_t>(r) + 1));
+    }
   }
   return outcome;
 }
@@ -103,9 +149,28 @@ void TwoPassStep::pass2_batch(const Tensor& x, std::int64_t first_tile) {
   const std::int64_t rows = x.dim(0);
   BT_CHECK(first_tile >= 0 && first_tile + rows <= dh_.dim(0), "two-pass step: rows [{}, {}) outside the image's {} tiles",
            first_tile, first_tile + rows, dh_.dim(0));
+  if (!selected_.empty()) return pass2_selected(x, first_tile);
   Tensor features = model_.encoder->forward(x, encoder_context(true, false));
   BT_CHECK(features.dim(0) == rows, "two-pass step: encoder returned {} rows for {} tiles", features.dim(0), rows);
   model_.encoder->backward(dh_.slice_rows(first_tile, first_tile + rows));
+}
+
+void TwoPassStep::pass2_selected(const Tensor& x, std::int64_t first_tile) {
+  std::vector<std::int64_t> rows;
+  for (std::int64_t k = 0; k < x.dim(0); ++k)
+    if (is_selected_[static_cast<std::size_t>(first_tile + k)]) rows.push_back(k);
+  if (rows.empty()) return;  // no selected tile: no gradient to carry
+  Shape shape = x.shape();
+  shape[0] = static_cast<std::int64_t>(rows.size());
+  Tensor xs = Tensor::empty(shape, DType::f32, x.device());
+  Tensor dhs = Tensor::empty({shape[0], dh_.dim(1)}, DType::f32, dh_.device());
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    const auto to = static_cast<std::int64_t>(r);
+    xs.slice_rows(to, to + 1).copy_from(x.slice_rows(rows[r], rows[r] + 1));
+    dhs.slice_rows(to, to + 1).copy_from(dh_.slice_rows(first_tile + rows[r], first_tile + rows[r] + 1));
+  }
+  model_.encoder->forward(xs, encoder_context(true, false));
+  model_.encoder->backward(dhs);
 }
 
 void TwoPassStep::eval_batch(const Tensor& x, std::int64_t first_tile) {

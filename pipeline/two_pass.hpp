@@ -13,6 +13,14 @@
 // Pass 2 must be fed exactly the tensors pass 1 saw, in the same batches; the tile
 // stream guarantees that by recomputing the same reads and seeded augmentation.
 // Memory: one batch's activations plus H and dL/dH (N x D floats each).
+//
+// With top_tiles M (aggregator.top_tiles; Iterative Patch Selection, Bergner et al.
+// 2023) the head sees only the M tiles the attention ranks highest: finish_image
+// scores all N rows of H without gradients, then aggregates, classifies and
+// backpropagates through those M alone, and pass 2 runs the encoder on them only
+// (batches without a selected tile are skipped), so it costs M tiles instead of N.
+// Evaluation selects the same way. Needs frozen BatchNorm (a sub-batch must give a
+// tile the features its full batch gave it).
 #include <cstdint>
 #include <vector>
 
@@ -46,6 +54,8 @@ struct TwoPassOptions {
   // train.precision: the encoder's convolutions compute in this type (f32, bf16,
   // f16); the aggregator and head stay float32 (see net::ForwardContext).
   DType encoder_compute_dtype = DType::f32;
+  // aggregator.top_tiles: 0 aggregates every tile; M > 0 the M highest-attention ones.
+  std::int64_t top_tiles = 0;
 };
 
 class TwoPassStep {
@@ -70,17 +80,25 @@ class TwoPassStep {
 
   const Tensor& features() const { return h_; }
   const Tensor& feature_grads() const { return dh_; }
-  // Attention weights of the last image (undefined for mean/max).
-  const Tensor& attention() const { return model_.aggregator->attention(); }
+  // Attention weights of the last image over all its tiles (undefined for mean/max;
+  // with top_tiles, the scoring pass's, over all N).
+  const Tensor& attention() const { return selected_.empty() ? model_.aggregator->attention() : scores_; }
+  // The rows the head saw with top_tiles (ascending), empty when it saw all.
+  const std::vector<std::int64_t>& selected_tiles() const { return selected_; }
 
  private:
   net::ForwardContext encoder_context(bool keep_activations, bool update_running_stats) const;
   void store_rows(const Tensor& features, std::int64_t first_tile);
   ImageOutcome head_forward(bool training, float loss_scale);
+  Tensor select_rows();  // H, or its top_tiles rows (fills selected_)
+  void pass2_selected(const Tensor& x, std::int64_t first_tile);
 
   ImageModel model_;
   TwoPassOptions options_;
   Tensor h_, dh_;  // host [N, D]
+  Tensor scores_;  // attention over all N of the scoring pass (top_tiles)
+  std::vector<std::int64_t> selected_;
+  std::vector<bool> is_selected_;
   int label_ = 0;
   std::uint64_t dropout_seed_ = 0;
   std::int64_t rows_filled_ = 0;

@@ -1,4 +1,6 @@
 // `bigtrain make-demo-data`: the Megapixel-MNIST-style demo set (scripts/make_demo_data drives it).
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <sstream>
 
@@ -12,14 +14,28 @@
 namespace bigtrain::cli {
 namespace {
 
-std::vector<int> parse_classes(const std::string& text) {
+int parse_class(const std::string& item, int largest) {
+  const bool digits = !item.empty() && item.size() <= 2 && std::all_of(item.begin(), item.end(), ::isdigit);
+  const int value = digits ? std::stoi(item) : -1;
+  if (value < 0 || value > largest)
+    throw Error(fmt::format("--classes: '{}' is not a number 0..{} (e.g. --classes 3,5,8 or 0-49)", item, largest));
+  return value;
+}
+
+// "3,5,8" or ranges "0-49"; numbers up to 9 for digits, 99 for --number-digits 2.
+std::vector<int> parse_classes(const std::string& text, int largest) {
   std::vector<int> classes;
   std::stringstream stream(text);
   std::string item;
   while (std::getline(stream, item, ',')) {
-    if (item.size() != 1 || item[0] < '0' || item[0] > '9')
-      throw Error(fmt::format("--classes: '{}' is not a digit 0..9 (e.g. --classes 3,5,8)", item));
-    classes.push_back(item[0] - '0');
+    const auto dash = item.find('-');
+    if (dash == std::string::npos) {
+      classes.push_back(parse_class(item, largest));
+      continue;
+    }
+    const int first = parse_class(item.substr(0, dash), largest), last = parse_class(item.substr(dash + 1), largest);
+    if (first > last) throw Error(fmt::format("--classes: the range '{}' is empty", item));
+    for (int value = first; value <= last; ++value) classes.push_back(value);
   }
   return classes;
 }
@@ -39,10 +55,21 @@ RegisterCommand make_demo_data_command("make-demo-data", [](CLI::App& app) {
   app.add_option("--test", options->test, "test images")->capture_default_str();
   app.add_option("--clutter", options->clutter_lines, "clutter lines per canvas (-1: 50 per 1500x1500)")
       ->capture_default_str();
+  app.add_option("--digit-size", options->digit_size, "side of a digit on the canvas, pixels")->capture_default_str();
+  app.add_option("--number-digits", options->number_digits,
+                 "digits per object: 2 makes the classes two-digit numbers (--classes 0-49)")
+      ->capture_default_str();
+  app.add_option("--background", options->background,
+                 "black, or textured (illumination gradient, smooth texture, pixel noise)")
+      ->capture_default_str();
+  app.add_option("--strokes", options->strokes, "curved strokes of digit width per canvas (clutter)")
+      ->capture_default_str();
+  app.add_option("--fragments", options->fragments, "pieces of other MNIST digits per canvas (clutter)")
+      ->capture_default_str();
   app.add_option("--tile", options->tile_size, "TIFF tile size")->capture_default_str();
   app.add_option("--seed", options->seed, "random seed")->capture_default_str();
   return std::function<int()>([options, mnist, classes] {
-    options->classes = parse_classes(*classes);
+    options->classes = parse_classes(*classes, options->number_digits == 2 ? 99 : 9);
     const auto started = std::chrono::steady_clock::now();
     const MnistDigits digits = load_mnist_folder(*mnist);
     const DemoDataSummary summary = make_demo_data(*options, digits);

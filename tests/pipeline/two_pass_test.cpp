@@ -5,8 +5,11 @@
 // beyond the features and their gradients.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
+
+#include "kernels/core/error.hpp"
 
 #include "kernels/core/allocator.hpp"
 #include "kernels/cross_entropy.hpp"
@@ -165,6 +168,65 @@ INSTANTIATE_TEST_SUITE_P(
                       EquivalenceCase{"attention_bn_frozen", {net::AggregatorKind::attention, 16, true}, true},
                       EquivalenceCase{"attention_plain_bn_train", {net::AggregatorKind::attention, 16, false}, false}),
     [](const auto& info) { return info.param.label; });
+
+// aggregator.top_tiles (Iterative Patch Selection): the step's gradients are those of
+// one graph built on the selected tiles alone, and the selected tiles are the ones
+// the scoring attention over all tiles ranks highest.
+TEST(TopTiles, GradientsEqualOneGraphOnTheSelectedTiles) {
+  const net::AggregatorSpec aggregator{net::AggregatorKind::attention, 16, true};
+  Network two_pass = make_network(aggregator), one_graph = make_network(aggregator);
+  const std::int64_t tiles = 11, top = 4;
+  const auto batches = make_batches(tiles, /*batch=*/4, /*size=*/32, 21);
+  const int label = 1;
+  ImageModel model = two_pass.image_model();
+  model.zero_grad();
+  TwoPassStep step(model, {.backend = Backend::cpu, .freeze_bn = true, .top_tiles = top});
+  step.begin_image(tiles, label, 0);
+  std::int64_t first = 0;
+  for (const auto& b : batches) {
+    step.pass1_batch(b, first);
+    first += b.dim(0);
+  }
+  step.finish_image(1.0f);
+  const std::vector<std::int64_t> selected = step.selected_tiles();
+  ASSERT_EQ(selected.size(), static_cast<std::size_t>(top));
+  const std::vector<float> scores = step.attention().to_vector();
+  ASSERT_EQ(scores.size(), static_cast<std::size_t>(tiles)) << "attention() covers every tile";
+  float lowest_selected = 1.0f, highest_other = 0.0f;
+  for (std::int64_t k = 0; k < tiles; ++k) {
+    const bool chosen = std::find(selected.begin(), selected.end(), k) != selected.end();
+    if (chosen) lowest_selected = std::min(lowest_selected, scores[static_cast<std::size_t>(k)]);
+    else highest_other = std::max(highest_other, scores[static_cast<std::size_t>(k)]);
+  }
+  EXPECT_GE(lowest_selected, highest_other);
+  first = 0;
+  for (const auto& b : batches) {
+    step.pass2_batch(b, first);
+    first += b.dim(0);
+  }
+
+  // The reference: the selected tiles' inputs as one image of `top` tiles.
+  Tensor chosen = Tensor::empty({top, 1, 32, 32});
+  for (std::int64_t r = 0; r < top; ++r) {
+    const std::int64_t k = selected[static_cast<std::size_t>(r)];
+    chosen.slice_rows(r, r + 1).copy_from(batches[static_cast<std::size_t>(k / 4)].slice_rows(k % 4, k % 4 + 1));
+  }
+  ImageModel reference = one_graph.image_model();
+  reference.zero_grad();
+  one_graph_gradients(one_graph, {chosen}, label, /*freeze_bn=*/true, 0);
+  const auto params = model.parameters(), reference_params = reference.parameters();
+  ASSERT_EQ(params.size(), reference_params.size());
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    ASSERT_TRUE(params[i]->grad.defined()) << params[i]->name;
+    // Same kernels on the same tiles (sub-batches of frozen BatchNorm are per tile).
+    EXPECT_LT(relative_error(params[i]->grad, reference_params[i]->grad), 1e-5) << params[i]->name;
+  }
+}
+
+TEST(TopTiles, NeedsAttention) {
+  Network network = make_network({net::AggregatorKind::mean});
+  EXPECT_THROW(TwoPassStep(network.image_model(), {.backend = Backend::cpu, .top_tiles = 4}), Error);
+}
 
 // Peak host allocator bytes of one two-pass image step above what was held before.
 std::size_t peak_bytes_of_step(Network& network, std::int64_t tiles, std::int64_t batch, std::int64_t size) {
