@@ -85,13 +85,13 @@ cv::Mat read_pixels(const std::string& path) {
 
 // Every MNIST digit resized as the generator resizes it, by its pixels: looking a
 // crop up says which digit class (if any) it shows, exactly.
-std::map<std::vector<std::uint8_t>, int> resized_mnist(int digit_size) {
-  std::map<std::vector<std::uint8_t>, int> by_pixels;
+std::map<std::string, int> resized_mnist(int digit_size) {
+  std::map<std::string, int> by_pixels;
   for (std::int64_t i = 0; i < mnist().count; ++i) {
     const cv::Mat digit(28, 28, CV_8UC1, const_cast<std::uint8_t*>(mnist().image(i)));
     cv::Mat big;
     cv::resize(digit, big, cv::Size(), digit_size / 28.0, digit_size / 28.0, cv::INTER_LINEAR);
-    by_pixels[std::vector<std::uint8_t>(big.datastart, big.dataend)] = mnist().labels[static_cast<std::size_t>(i)];
+    by_pixels[std::string(big.datastart, big.dataend)] = mnist().labels[static_cast<std::size_t>(i)];
   }
   return by_pixels;
 }
@@ -126,7 +126,7 @@ void expect_objects_match_labels_and_pixels(const DemoDataOptions& options) {
         for (int k = 0; k < options.number_digits; ++k) {
           const cv::Mat crop =
               pixels(cv::Rect(object.x + k * options.digit_size, object.y, options.digit_size, options.digit_size)).clone();
-          const auto found = lookup.find(std::vector<std::uint8_t>(crop.datastart, crop.dataend));
+          const auto found = lookup.find(std::string(crop.datastart, crop.dataend));
           ASSERT_NE(found, lookup.end()) << path << ": no MNIST digit at " << object.x << "," << object.y;
           const int digit = options.number_digits == 1 ? object.value : (k == 0 ? object.value / 10 : object.value % 10);
           EXPECT_EQ(found->second, digit) << path;
