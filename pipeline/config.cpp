@@ -178,12 +178,11 @@ Config parse_node(YAML::Node root, std::shared_ptr<ConfigOrigin> origin, const s
   if (config.aggregator.top_tiles > 0 && !config.train.freeze_bn)
     train.fail("freeze_bn", "aggregator.top_tiles needs freeze_bn: true (pass 2 computes the selected tiles in "
                             "sub-batches, whose BatchNorm batch statistics would differ from pass 1's)");
-  // device: auto without a GPU is refused by the trainer, once it knows.
-  if (config.train.precision != "fp32" && config.device.type == "cpu")
-    train.fail("precision", fmt::format("{} needs device: cuda (the CPU backend computes in float32; bfloat16 "
-                                        "through oneDNN needs AVX-512, which it does not use); use precision fp32 "
-                                        "with device: cpu",
-                                        config.train.precision));
+  // bf16 on the CPU depends on the machine (AVX512_BF16): the trainer checks it, as
+  // it checks fp16 with device: auto on a machine without a GPU.
+  if (config.train.precision == "fp16" && config.device.type == "cpu")
+    train.fail("precision", "fp16 needs device: cuda (the CPU backend computes in float32, or in bf16 on CPUs "
+                            "with AVX512_BF16); use precision fp32 or bf16 with device: cpu");
   config.output = read_output(top.section("output"));
   top.finish();
   return config;

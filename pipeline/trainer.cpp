@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "kernels/backend.hpp"
 #include "kernels/core/allocator.hpp"
 #include "kernels/core/error.hpp"
 #include "kernels/device_select.hpp"
@@ -522,10 +523,10 @@ Trainer::Trainer(Config config, bool resume, std::optional<Backend> backend) : s
   const DType compute_dtype = c.train.precision == "bf16"   ? DType::bf16
                               : c.train.precision == "fp16" ? DType::f16
                                                             : DType::f32;
-  if (compute_dtype != DType::f32 && s.backend == Backend::cpu)
-    throw Error(fmt::format("{}: train.precision {} needs a GPU, and device: {} chose the CPU ({}); the CPU backend "
-                            "computes in float32: use train.precision fp32 there",
-                            c.source, c.train.precision, c.device.type, kernels::describe_backend_choice(s.backend)));
+  // Before building anything: the CPU's bf16 depends on its instruction set.
+  if (const std::string why = kernels::why_backend_cannot_run(s.backend, compute_dtype); !why.empty())
+    throw Error(fmt::format("{}: train.precision {} with device: {} ({}): {}", c.source, c.train.precision,
+                            c.device.type, kernels::describe_backend_choice(s.backend), why));
   LossScalerOptions scaling;
   scaling.enabled = compute_dtype == DType::f16;
   scaling.init_scale = c.train.loss_scale.init;

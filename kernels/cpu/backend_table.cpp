@@ -7,6 +7,7 @@
 #include "kernels/cpu/conv2d.hpp"
 #include "kernels/cpu/cross_entropy.hpp"
 #include "kernels/cpu/elementwise.hpp"
+#include "kernels/cpu/isa.hpp"
 #include "kernels/cpu/linear.hpp"
 #include "kernels/cpu/optimizer_update.hpp"
 #include "kernels/cpu/pooling.hpp"
@@ -14,17 +15,21 @@
 namespace bigtrain::kernels::cpu {
 namespace {
 
-// oneDNN's bf16 convolutions and matmuls need AVX-512 (or AMX); the CPU backend
-// does not use them yet, so it computes everything in float32.
+// conv2d and linear also compute in bf16 where the CPU has AVX512_BF16
+// (kernels/cpu/isa.hpp); float16 never (oneDNN 2.6 has no float16 convolutions for
+// these CPUs); every other op in float32.
 bool supports(Op op, DType dtype) {
-  (void)op;
-  return dtype == DType::f32;
+  if (dtype == DType::f32) return true;
+  return (op == Op::conv2d || op == Op::linear) && dtype == DType::bf16 && !bf16_unavailable_reason();
 }
 
 std::string unsupported_reason(Op op, DType dtype) {
-  if ((op == Op::conv2d || op == Op::linear) && (dtype == DType::bf16 || dtype == DType::f16))
-    return "the CPU backend computes in float32 (train.precision bf16/fp16 on the CPU); use device: cuda, or "
-           "train.precision fp32";
+  if ((op == Op::conv2d || op == Op::linear) && dtype == DType::bf16)
+    return fmt::format("{} (train.precision bf16 on the CPU); use train.precision fp32 there, or device: cuda",
+                       bf16_unavailable_reason().value_or("bf16 is available"));
+  if ((op == Op::conv2d || op == Op::linear) && dtype == DType::f16)
+    return "the CPU backend computes in float32, or bf16 on CPUs with AVX512_BF16 (train.precision fp16 on the "
+           "CPU); use device: cuda, or train.precision fp32 or bf16";
   return fmt::format("the CPU backend computes {} in float32 only", op_name(op));
 }
 

@@ -6,7 +6,9 @@
 #include <spdlog/spdlog.h>
 
 #include "kernels/core/error.hpp"
+#include "kernels/cpu/bias_gradient.hpp"
 #include "kernels/cpu/dnnl_context.hpp"
+#include "kernels/cpu/layout_bridge.hpp"
 
 namespace bigtrain::kernels::cpu {
 
@@ -15,92 +17,14 @@ namespace {
 using dnnl::memory;
 using Args = std::unordered_map<int, memory>;
 
+using dt = memory::data_type;
+
+// The tensors' own layout: float32, NCHW / OIHW (goihw when grouped).
 memory::desc plain_desc(const memory::dims& dims) {
-  return {dims, memory::data_type::f32, dims.size() == 5 ? memory::format_tag::goihw : memory::format_tag::nchw};
+  return {dims, dt::f32, dims.size() == 5 ? memory::format_tag::goihw : memory::format_tag::nchw};
 }
-memory::desc any_desc(const memory::dims& dims) { return {dims, memory::data_type::f32, memory::format_tag::any}; }
-memory::desc nhwc_desc(const memory::dims& dims) { return {dims, memory::data_type::f32, memory::format_tag::nhwc}; }
-
-// True when two descriptors place every element at the same offset, e.g. nchw and
-// nhwc of a one-channel tensor: then the tensor is used as it is, no copy.
-bool same_bytes(const memory::desc& a, const memory::desc& b) {
-  if (a == b) return true;
-  const dnnl_memory_desc_t &x = a.data, &y = b.data;
-  if (x.ndims != y.ndims || x.data_type != y.data_type || x.format_kind != dnnl_blocked ||
-      y.format_kind != dnnl_blocked || x.format_desc.blocking.inner_nblks != 0 ||
-      y.format_desc.blocking.inner_nblks != 0 || x.offset0 != y.offset0)
-    return false;
-  for (int d = 0; d < x.ndims; ++d) {
-    if (x.dims[d] != y.dims[d] || x.padded_dims[d] != y.padded_dims[d]) return false;
-    if (x.dims[d] > 1 && x.format_desc.blocking.strides[d] != y.format_desc.blocking.strides[d]) return false;
-  }
-  return true;
-}
-
-// Bytes from the caching allocator: counted by its peak statistics and, after the
-// first step, served from its cache without reaching the system allocator. Buffers
-// are taken per call rather than held by the op, so a network's dozens of conv
-// objects do not each pin their largest temporaries between calls.
-memory bind_buffer(memory& target, std::size_t bytes, Tensor& owner) {
-  if (bytes == 0) return target;
-  owner = Tensor::empty({static_cast<std::int64_t>(bytes)}, DType::u8);
-  target.set_data_handle(owner.raw_data());
-  return target;
-}
-
-// One tensor argument of a primitive. Tensors are plain NCHW/OIHW; the primitive
-// chose its own layout (format_tag::any), usually blocked (nChw8c, OIhw8i8o on
-// AVX2) because that is what its fastest kernels read. When the two differ, a
-// reorder primitive (built once) copies between the tensor and a temporary.
-//
-// Where this costs: every call reorders the activation in and the result out, and
-// the weights, although they only change at optimizer steps (a weight cache would
-// need a version counter on Tensor to be safe). Measured on this 2-core AVX2
-// machine, batch 8, ResNet-18 shapes: ~5-7% over the same primitives on blocked
-// memory for 3x3 layers (weights included: 5% of the 512-channel layer), but 2x
-// for the 1x1 stride-2 downsample, whose input reorder is 4x its output. PyTorch's
-// NCHW path pays the same reorders. The interface trades that for plain tensors
-// everywhere else (reference, tests, checkpoints, other ops).
-class LayoutBridge {
- public:
-  enum class Role { input, output };
-
-  void init(const memory::desc& plain, const memory::desc& chosen, Role role) {
-    role_ = role;
-    reordered_ = !same_bytes(plain, chosen);
-    if (!reordered_) {
-      plain_ = inner_ = memory(chosen, engine(), DNNL_MEMORY_NONE);
-      return;
-    }
-    plain_ = memory(plain, engine(), DNNL_MEMORY_NONE);
-    inner_ = memory(chosen, engine(), DNNL_MEMORY_NONE);
-    bytes_ = chosen.get_size();
-    reorder_ = role == Role::input ? dnnl::reorder(plain_, inner_) : dnnl::reorder(inner_, plain_);
-  }
-
-  // The memory the primitive reads or writes; it stays the same object across calls.
-  const memory& primitive_memory() const { return inner_; }
-  bool reordered() const { return reordered_; }
-
-  // Points the bridge at `data` for one call; an input is reordered right away.
-  void bind(const void* data, Tensor& temporary) {
-    plain_.set_data_handle(const_cast<void*>(data));
-    if (!reordered_) return;
-    bind_buffer(inner_, bytes_, temporary);
-    if (role_ == Role::input) reorder_.execute(stream(), plain_, inner_);
-  }
-  // After the primitive ran: an output is reordered back into the tensor.
-  void finish() {
-    if (reordered_ && role_ == Role::output) reorder_.execute(stream(), inner_, plain_);
-  }
-
- private:
-  Role role_ = Role::input;
-  memory plain_, inner_;
-  dnnl::reorder reorder_;
-  bool reordered_ = false;
-  std::size_t bytes_ = 0;
-};
+memory::desc any_desc(const memory::dims& dims, dt type) { return {dims, type, memory::format_tag::any}; }
+memory::desc nhwc_desc(const memory::dims& dims, dt type) { return {dims, type, memory::format_tag::nhwc}; }
 
 // oneDNN silently falls back to its reference loops for shapes no optimised kernel
 // takes (measured 100x slower); say so once per layer, so a slow run has a cause.
@@ -136,10 +60,17 @@ class DnnlConv2d final : public Conv2d {
     // PyTorch floors the output size; with symmetric padding oneDNN's size formula
     // floors the same way, so unused bottom/right rows are simply not read.
     padding_r_ = {spec.pad_h, spec.pad_w};
+    // Mixed precision (Conv2dSpec::compute_dtype): the operands x, weight and dy
+    // enter the primitives as bf16 (the layout bridges round them), while y, dx, dw,
+    // the bias and its gradient stay float32. oneDNN's avx512_core_bf16 kernels
+    // accumulate bf16 products in float32 (vdpbf16ps) and write float32 results
+    // directly: no rounding of the results, unlike cuDNN's pseudo-bf16.
+    operand_type_ = spec.compute_dtype == DType::bf16 ? dt::bf16 : dt::f32;
 
     dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
-                                         any_desc(src_dims_), any_desc(weight_dims_), bias_desc_,
-                                         any_desc(dst_dims_), strides_, dilates_, padding_l_, padding_r_);
+                                         any_desc(src_dims_, operand_type_), any_desc(weight_dims_, operand_type_),
+                                         bias_desc_, any_desc(dst_dims_, dt::f32), strides_, dilates_, padding_l_,
+                                         padding_r_);
     fwd_pd_ = dnnl::convolution_forward::primitive_desc(desc, user_scratchpad(), engine());
     fwd_ = dnnl::convolution_forward(fwd_pd_);
     warn_if_reference("forward", fwd_pd_.impl_info_str(), spec);
@@ -190,6 +121,7 @@ class DnnlConv2d final : public Conv2d {
     bwd_weights_->execute(stream(), bwd_weights_args_);
     bwd_weights_diff_weights_.finish();
     stream().wait();
+    if (dbias && bias_gradient_) bias_gradient_->compute(dy, *dbias);
   }
 
  private:
@@ -208,9 +140,10 @@ class DnnlConv2d final : public Conv2d {
   void build_backward_data() {
     // Backward-data stays on format_tag::any even for narrow inputs: there nhwc
     // measured 2x slower than the GEMM path oneDNN picks for a 3-channel stem.
-    dnnl::convolution_backward_data::desc desc(dnnl::algorithm::convolution_direct, any_desc(src_dims_),
-                                               any_desc(weight_dims_), any_desc(dst_dims_), strides_, dilates_,
-                                               padding_l_, padding_r_);
+    dnnl::convolution_backward_data::desc desc(dnnl::algorithm::convolution_direct, any_desc(src_dims_, dt::f32),
+                                               any_desc(weight_dims_, operand_type_),
+                                               any_desc(dst_dims_, operand_type_), strides_, dilates_, padding_l_,
+                                               padding_r_);
     bwd_data_pd_ = dnnl::convolution_backward_data::primitive_desc(desc, user_scratchpad(), engine(), fwd_pd_);
     bwd_data_diff_dst_.init(plain_desc(dst_dims_), bwd_data_pd_.diff_dst_desc(), LayoutBridge::Role::input);
     bwd_data_weights_.init(plain_desc(weight_dims_), bwd_data_pd_.weights_desc(), LayoutBridge::Role::input);
@@ -233,10 +166,16 @@ class DnnlConv2d final : public Conv2d {
     // The forward pass keeps format_tag::any: it reads NCHW directly there and was
     // 20-30% faster than nhwc (the 11x11 stride-4 stem: equal).
     const bool narrow_input = spec_.groups == 1 && spec_.in_channels < 8;
-    auto activation_desc = [&](const memory::dims& dims) { return narrow_input ? nhwc_desc(dims) : any_desc(dims); };
+    auto activation_desc = [&](const memory::dims& dims) {
+      return narrow_input ? nhwc_desc(dims, operand_type_) : any_desc(dims, operand_type_);
+    };
+    // In bf16 the bias gradient is summed apart, from the float32 dy (bias_gradient.hpp).
+    const bool bias_in_primitive = spec_.bias && operand_type_ == dt::f32;
     dnnl::convolution_backward_weights::desc desc(dnnl::algorithm::convolution_direct, activation_desc(src_dims_),
-                                                  any_desc(weight_dims_), bias_desc_, activation_desc(dst_dims_),
-                                                  strides_, dilates_, padding_l_, padding_r_);
+                                                  any_desc(weight_dims_, dt::f32),
+                                                  bias_in_primitive ? bias_desc_ : memory::desc(),
+                                                  activation_desc(dst_dims_), strides_, dilates_, padding_l_,
+                                                  padding_r_);
     bwd_weights_pd_ =
         dnnl::convolution_backward_weights::primitive_desc(desc, user_scratchpad(), engine(), fwd_pd_);
     bwd_weights_src_.init(plain_desc(src_dims_), bwd_weights_pd_.src_desc(), LayoutBridge::Role::input);
@@ -249,7 +188,8 @@ class DnnlConv2d final : public Conv2d {
                          {DNNL_ARG_DIFF_DST, bwd_weights_diff_dst_.primitive_memory()},
                          {DNNL_ARG_DIFF_WEIGHTS, bwd_weights_diff_weights_.primitive_memory()},
                          {DNNL_ARG_SCRATCHPAD, bwd_weights_scratch_}};
-    if (spec_.bias) bwd_weights_args_[DNNL_ARG_DIFF_BIAS] = bwd_weights_diff_bias_;
+    if (bias_in_primitive) bwd_weights_args_[DNNL_ARG_DIFF_BIAS] = bwd_weights_diff_bias_;
+    if (spec_.bias && !bias_in_primitive) bias_gradient_.emplace(dst_dims_);
     bwd_weights_.emplace(bwd_weights_pd_);
     warn_if_reference("backward-weights", bwd_weights_pd_.impl_info_str(), spec_);
   }
@@ -257,6 +197,7 @@ class DnnlConv2d final : public Conv2d {
   Conv2dSpec spec_;
   memory::dims src_dims_, dst_dims_, weight_dims_, strides_, dilates_, padding_l_, padding_r_;
   memory::desc bias_desc_;
+  dt operand_type_ = dt::f32;
 
   dnnl::convolution_forward::primitive_desc fwd_pd_;
   dnnl::convolution_forward fwd_;
@@ -275,6 +216,7 @@ class DnnlConv2d final : public Conv2d {
   LayoutBridge bwd_weights_src_, bwd_weights_diff_dst_, bwd_weights_diff_weights_;
   memory bwd_weights_diff_bias_, bwd_weights_scratch_;
   Args bwd_weights_args_;
+  std::optional<BiasGradient> bias_gradient_;
 };
 
 }  // namespace

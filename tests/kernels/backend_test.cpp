@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <fstream>
 #include <functional>
 #include <optional>
 #include <set>
@@ -33,9 +34,15 @@ using testing::to_doubles;
 const DType kAllDtypes[] = {DType::f32, DType::bf16, DType::f16, DType::u8, DType::i32};
 const Backend kAllBackends[] = {Backend::reference, Backend::cpu, Backend::cuda};
 
-// The CPU backend computes in float32 only: oneDNN's bf16 primitives are not wired
-// in. Where they are (CPUs with AVX-512 bf16), this becomes that machine check.
-bool cpu_backend_computes_bf16() { return false; }
+// The CPU backend computes conv2d and linear in bf16 where the CPU has the AVX-512
+// bf16 instructions (or AMX's): asked of the kernel's own CPU flags, not of oneDNN.
+bool cpu_backend_computes_bf16() {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  for (std::string line; std::getline(cpuinfo, line);)
+    if (line.rfind("flags", 0) == 0) return (line + " ").find(" avx512_bf16 ") != std::string::npos ||
+                                            (line + " ").find(" amx_bf16 ") != std::string::npos;
+  return false;
+}
 
 // What each backend is documented to run; the test's own statement, not a copy of
 // the tables it checks.
@@ -243,8 +250,8 @@ TEST(BackendSupports, TheRefusalNamesOpBackendDtypeAndTheContext) {
   } catch (const Error& e) {
     EXPECT_STREQ(e.what(),
                  "run.yaml: train.precision fp16: conv2d in float16 is not supported by the cpu backend: the CPU "
-                 "backend computes in float32 (train.precision bf16/fp16 on the CPU); use device: cuda, or "
-                 "train.precision fp32");
+                 "backend computes in float32, or bf16 on CPUs with AVX512_BF16 (train.precision fp16 on the CPU); "
+                 "use device: cuda, or train.precision fp32 or bf16");
   }
   EXPECT_NO_THROW(require_support(Op::conv2d, Backend::reference, DType::bf16));
 }
