@@ -108,7 +108,8 @@ struct TrainConfig {
   std::string best_metric = "val_accuracy";  // val_accuracy | val_balanced_accuracy | val_loss | val_auc
   // fp32 | bf16 | fp16: the compute type of the encoder's convolutions (float32
   // master weights and activations between layers; see kernels/conv2d.hpp). bf16
-  // and fp16 need device: cuda; fp16 uses dynamic loss scaling (loss_scale).
+  // needs device: cuda or a CPU with AVX512_BF16; fp16 needs device: cuda and uses
+  // dynamic loss scaling (loss_scale).
   std::string precision = "fp32";
   LossScaleConfig loss_scale;
   // Writes diagnostics.csv and gradients.csv into the run directory (attention
