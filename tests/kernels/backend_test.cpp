@@ -305,10 +305,13 @@ TEST_P(BackendSupportsMatchesWhatRuns, SupportedRunsAndAgreesWithTheReferenceUns
           ADD_FAILURE() << "an unsupported combination ran";
         } catch (const Error& e) {
           const std::string message = e.what();
-          const std::string named =
-              fmt::format("{} in {} is not supported by the {} backend", op_name(c.op), dtype_name(dtype),
-                          backend_name(backend));
-          EXPECT_NE(message.find(named), std::string::npos) << message;
+          const auto names = [&](DType named_dtype) {
+            return message.find(fmt::format("{} in {} is not supported by the {} backend", op_name(c.op),
+                                            dtype_name(named_dtype), backend_name(backend))) != std::string::npos;
+          };
+          // batch_norm and pool2d are refused by the dtype of the tensors they get; a build
+          // without CUDA refuses them when the op is made, before any tensor: as float32.
+          EXPECT_TRUE(names(dtype) || (c.refused_after_build && !cuda_compiled() && names(DType::f32))) << message;
         }
         continue;
       }
