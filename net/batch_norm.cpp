@@ -50,6 +50,14 @@ Tensor BatchNorm2d::forward(const Tensor& x, const ForwardContext& ctx) {
   return y;
 }
 
+ReceptiveField BatchNorm2d::receptive_field(const ForwardContext& ctx) const {
+  BT_CHECK(!ctx.training || ctx.freeze_bn,
+           "batch norm `{}` cannot be streamed while it normalises with batch statistics: the mean and variance of "
+           "a tile are not the whole image's; freeze BatchNorm (running statistics) to stream",
+           name());
+  return ReceptiveField::identity();
+}
+
 Tensor BatchNorm2d::backward(const Tensor& dy) {
   BT_CHECK(!saved_.empty(), "batch norm `{}`: backward without a kept forward", name());
   Saved saved = std::move(saved_.back());

@@ -118,6 +118,11 @@ LayerFootprint Conv2d::describe(const Shape& input, const PlanContext& ctx) cons
   return fp;
 }
 
+ReceptiveField Conv2d::receptive_field(const ForwardContext&) const {
+  return ReceptiveField::of_window(options_.kernel_h, options_.kernel_w, options_.stride_h, options_.stride_w,
+                                   options_.pad_h, options_.pad_w, options_.dilation_h, options_.dilation_w);
+}
+
 void Conv2d::collect_state(StateRefs& refs) {
   refs.parameters.push_back(&weight_);
   if (options_.bias) refs.parameters.push_back(&bias_);

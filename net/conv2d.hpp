@@ -41,6 +41,7 @@ class Conv2d final : public Layer {
   Tensor forward(const Tensor& x, const ForwardContext& ctx) override;
   Tensor backward(const Tensor& dy) override;
   LayerFootprint describe(const Shape& input, const PlanContext& ctx) const override;
+  ReceptiveField receptive_field(const ForwardContext& ctx) const override;
   void collect_state(StateRefs& refs) override;
   void clear_saved() override { saved_.clear(); }
   std::size_t saved_count() const override { return saved_.size(); }

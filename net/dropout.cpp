@@ -22,6 +22,14 @@ Tensor Dropout::forward(const Tensor& x, const ForwardContext& ctx) {
   return y;
 }
 
+ReceptiveField Dropout::receptive_field(const ForwardContext& ctx) const {
+  BT_CHECK(!ctx.training || p_ == 0.0f,
+           "dropout `{}` cannot be streamed while training: its mask is drawn per element of the tile, not of the "
+           "whole image",
+           name());
+  return ReceptiveField::identity();
+}
+
 LayerFootprint Dropout::describe(const Shape& input, const PlanContext& ctx) const {
   LayerFootprint fp;
   fp.kind = "dropout";

@@ -17,6 +17,9 @@ class Dropout final : public Layer {
   Tensor forward(const Tensor& x, const ForwardContext& ctx) override;
   Tensor backward(const Tensor& dy) override;
   LayerFootprint describe(const Shape& input, const PlanContext& ctx) const override;
+  // The identity outside training; a training mask is drawn per element of the
+  // tensor the layer sees, so a tile would not draw the whole image's mask.
+  ReceptiveField receptive_field(const ForwardContext& ctx) const override;
   void clear_saved() override { saved_.clear(); }
   std::size_t saved_count() const override { return saved_.size(); }
   float p() const { return p_; }

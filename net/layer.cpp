@@ -1,10 +1,17 @@
 #include "net/layer.hpp"
 
+#include "kernels/core/error.hpp"
 #include "net/memory_plan.hpp"
 
 namespace bigtrain::net {
 
 PlannedTensor Layer::plan_forward(MemoryWalk& walk, const PlannedTensor& x) const { return walk.leaf(*this, x); }
+
+ReceptiveField Layer::receptive_field(const ForwardContext&) const {
+  throw Error(fmt::format("layer `{}` cannot be streamed: each of its outputs depends on the whole input map, not on a local "
+          "window, so a tile's output would differ from the whole image's",
+                          name()));
+}
 
 StateRefs Layer::state() {
   StateRefs refs;

@@ -15,6 +15,7 @@
 #include "net/footprint.hpp"
 #include "net/forward_context.hpp"
 #include "net/parameter.hpp"
+#include "net/receptive_field.hpp"
 
 namespace bigtrain::net {
 
@@ -45,6 +46,12 @@ class Layer {
   // call describe() tells (this default); a composite runs its children through
   // `walk` in the order its forward runs them.
   virtual PlannedTensor plan_forward(MemoryWalk& walk, const PlannedTensor& x) const;
+  // For streaming the trunk over an image tile by tile (net/streaming.hpp): which
+  // input positions each output position reads when the forward runs as `ctx`
+  // says. Throws bigtrain::Error naming the layer when an output depends on more
+  // than a local window of the input, as this default does (global pooling, a
+  // linear layer); a layer with a local window overrides it.
+  virtual ReceptiveField receptive_field(const ForwardContext& ctx) const;
 
   virtual void collect_state(StateRefs& refs) { (void)refs; }
   // Drops every saved activation (e.g. after an aborted step).

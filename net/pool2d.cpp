@@ -56,6 +56,11 @@ LayerFootprint Pool2d::describe(const Shape& input, const PlanContext& ctx) cons
   return fp;
 }
 
+ReceptiveField Pool2d::receptive_field(const ForwardContext&) const {
+  return ReceptiveField::of_window(options_.kernel, options_.kernel, options_.stride, options_.stride, options_.padding,
+                                   options_.padding);
+}
+
 Tensor Pool2d::backward(const Tensor& dy) {
   BT_CHECK(!saved_.empty(), "pooling `{}`: backward without a kept forward", name());
   Saved saved = std::move(saved_.back());

@@ -21,6 +21,7 @@ class Pool2d : public Layer {
   Tensor forward(const Tensor& x, const ForwardContext& ctx) override;
   Tensor backward(const Tensor& dy) override;
   LayerFootprint describe(const Shape& input, const PlanContext& ctx) const override;
+  ReceptiveField receptive_field(const ForwardContext& ctx) const override;
   void clear_saved() override { saved_.clear(); }
   std::size_t saved_count() const override { return saved_.size(); }
   const Pool2dOptions& options() const { return options_; }

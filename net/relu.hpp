@@ -16,6 +16,7 @@ class ReLU final : public Layer {
   Tensor forward(const Tensor& x, const ForwardContext& ctx) override;
   Tensor backward(const Tensor& dy) override;
   LayerFootprint describe(const Shape& input, const PlanContext& ctx) const override;
+  ReceptiveField receptive_field(const ForwardContext&) const override { return ReceptiveField::identity(); }
   void clear_saved() override { saved_.clear(); }
   std::size_t saved_count() const override { return saved_.size(); }
 

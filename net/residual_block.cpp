@@ -1,5 +1,6 @@
 #include "net/residual_block.hpp"
 
+#include <algorithm>
 #include <initializer_list>
 
 #include "kernels/core/error.hpp"
@@ -60,6 +61,21 @@ PlannedTensor ResidualBlock::plan_forward(MemoryWalk& walk, const PlannedTensor&
   PlannedTensor y = walk.forward(relu_out_, sum, /*row=*/false);
   walk.row(name(), "add+relu", y);
   return y;
+}
+
+ReceptiveField ResidualBlock::receptive_field(const ForwardContext& ctx) const {
+  ReceptiveField main = ReceptiveField::identity();
+  for (const Layer* layer : main_layers()) main = main.then(layer->receptive_field(ctx));
+  ReceptiveField shortcut = ReceptiveField::identity();
+  if (downsample_conv_)
+    shortcut = downsample_conv_->receptive_field(ctx).then(downsample_bn_->receptive_field(ctx));
+  BT_CHECK(main.y.stride == shortcut.y.stride && main.x.stride == shortcut.x.stride,
+           "block `{}`: the main branch (stride {}x{}) and the shortcut (stride {}x{}) do not share one output grid",
+           name(), main.y.stride, main.x.stride, shortcut.y.stride, shortcut.x.stride);
+  const auto either = [](const AxisField& a, const AxisField& b) {
+    return AxisField{a.stride, std::max(a.before, b.before), std::max(a.after, b.after)};
+  };
+  return {either(main.y, shortcut.y), either(main.x, shortcut.x)};
 }
 
 void ResidualBlock::collect_state(StateRefs& refs) {

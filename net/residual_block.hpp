@@ -24,6 +24,8 @@ class ResidualBlock : public Layer {
   Tensor backward(const Tensor& dy) override;
   LayerFootprint describe(const Shape& input, const PlanContext& ctx) const override;
   PlannedTensor plan_forward(MemoryWalk& walk, const PlannedTensor& x) const override;
+  // The union of the main branch's and the shortcut's windows.
+  ReceptiveField receptive_field(const ForwardContext& ctx) const override;
   void collect_state(StateRefs& refs) override;
   void clear_saved() override;
   std::size_t saved_count() const override;

@@ -33,6 +33,12 @@ PlannedTensor Sequential::plan_forward(MemoryWalk& walk, const PlannedTensor& x)
   return h;
 }
 
+ReceptiveField Sequential::receptive_field(const ForwardContext& ctx) const {
+  ReceptiveField field = ReceptiveField::identity();
+  for (const auto& layer : layers_) field = field.then(layer->receptive_field(ctx));
+  return field;
+}
+
 void Sequential::collect_state(StateRefs& refs) {
   for (auto& layer : layers_) layer->collect_state(refs);
 }
