@@ -1,0 +1,144 @@
+// The measuring half of scripts/bench_stream: one training step of an encoder +
+// 2-class head on one grey image, batch 1, its trunk streamed tile by tile
+// (net/streaming.hpp) with frozen BatchNorm: streamed forward, global average
+// pooling, fc, cross-entropy, streamed backward, SGD step.
+//
+//   bench_stream_cpp --preset resnet50 --height 2435 --width 2435 --tile 512 [--iters N] [--plan-only]
+//
+// Prints one JSON object: median seconds per step after warm-up, the allocator's
+// peak, peak RSS, the halo overhead and the planner's step peak.
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <omp.h>
+#include <spdlog/spdlog.h>
+
+#include "kernels/core/allocator.hpp"
+#include "kernels/cross_entropy.hpp"
+#include "net/global_avg_pool.hpp"
+#include "net/model.hpp"
+#include "net/optimizer.hpp"
+#include "net/streaming.hpp"
+#include "net/streaming_memory.hpp"
+
+namespace bigtrain::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const std::size_t n = values.size();
+  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+std::int64_t peak_rss_bytes() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<std::int64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
+nlohmann::json run(const std::string& preset, std::int64_t height, std::int64_t width, std::int64_t tile, int warmup,
+                   int iters, bool plan_only) {
+  net::ModelSpec spec;
+  spec.encoder = net::EncoderSpec::preset_spec(preset);
+  spec.encoder.in_channels = 1;
+  spec.num_classes = 2;
+  const Backend backend = Backend::cpu;
+  Allocator& allocator = allocator_for(Device::cpu());
+  allocator.reset_peak();
+  net::Model model(spec, /*seed=*/0);
+
+  Tensor image = Tensor::empty({1, 1, height, width});
+  float* x = image.f32();
+  for (std::int64_t i = 0; i < image.numel(); ++i) x[i] = static_cast<float>((i * 2654435761u) % 1000) / 500.0f - 1.0f;
+  Tensor labels = Tensor::empty({1}, DType::i32);
+  labels.data<std::int32_t>()[0] = 1;
+
+  net::ForwardContext ctx = net::ForwardContext::train(backend);
+  ctx.freeze_bn = true;
+  net::StreamingTrunk trunk(model.encoder());
+  const net::StreamPlan plan = trunk.plan(image.shape(), tile, ctx);
+  const net::StreamMemory planned =
+      net::plan_stream_memory(model.encoder(), plan, net::KernelMemoryModel::for_backend(backend));
+  if (plan_only)
+    return {{"preset", preset}, {"tile", plan.tile}, {"tiles", plan.tiles.size()},
+            {"halo_overhead", plan.halo_overhead()},
+            {"largest_tile_input", fmt::format("{}x{}", plan.largest_input()[2], plan.largest_input()[3])},
+            {"planned_step_peak_bytes", planned.step_peak}};
+  net::TensorRegionReader reader(image);
+  net::GlobalAvgPool pool("avgpool");
+  auto optimizer = net::make_optimizer({.kind = "sgd", .lr = 0.01, .weight_decay = 1e-4, .momentum = 0.9},
+                                       model.parameters(), backend);
+  auto step = [&] {
+    optimizer->zero_grad();
+    Tensor map = trunk.forward(reader, plan, ctx);
+    const Tensor logits = model.head().forward(pool.forward(map, ctx), ctx);
+    map = {};
+    Tensor dlogits = Tensor::empty(logits.shape());
+    kernels::cross_entropy(backend, logits, labels, nullptr, {}, dlogits);
+    const Tensor dmap = pool.backward(model.head().backward(dlogits));
+    trunk.backward(reader, plan, dmap, ctx);
+    optimizer->step();
+  };
+  for (int i = 0; i < warmup; ++i) step();
+  std::vector<double> seconds;
+  for (int i = 0; i < iters; ++i) {
+    const auto start = Clock::now();
+    step();
+    seconds.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  return {{"framework", "bigtrain"},
+          {"mode", "stream"},
+          {"preset", preset},
+          {"height", height},
+          {"width", width},
+          {"tile", plan.tile},
+          {"tiles", plan.tiles.size()},
+          {"halo_overhead", plan.halo_overhead()},
+          {"largest_tile_input", fmt::format("{}x{}", plan.largest_input()[2], plan.largest_input()[3])},
+          {"median_s", median(seconds)},
+          {"seconds", seconds},
+          {"peak_alloc_bytes", allocator.stats().peak_bytes},
+          {"planned_step_peak_bytes", planned.step_peak},
+          {"peak_rss_bytes", peak_rss_bytes()},
+          {"threads", omp_get_max_threads()}};
+}
+
+}  // namespace
+}  // namespace bigtrain::bench
+
+int main(int argc, char** argv) {
+  using namespace bigtrain::bench;
+  CLI::App app("bigtrain streamed training step (run through scripts/bench_stream)");
+  int warmup = 1, iters = 2, threads = 0;
+  std::string preset = "resnet50";
+  std::int64_t height = 2435, width = 2435, tile = 512;
+  app.add_option("--warmup", warmup, "untimed steps first")->capture_default_str();
+  app.add_option("--iters", iters, "timed steps (the median is reported)")->capture_default_str();
+  app.add_option("--threads", threads, "OpenMP threads (0: the default)");
+  app.add_option("--preset", preset)->capture_default_str();
+  app.add_option("--height", height)->capture_default_str();
+  app.add_option("--width", width)->capture_default_str();
+  app.add_option("--tile", tile, "streaming tile side in pixels")->capture_default_str();
+  bool plan_only = false;
+  app.add_flag("--plan-only", plan_only, "print the tile plan and the planned memory, run nothing");
+  CLI11_PARSE(app, argc, argv);
+  spdlog::set_level(spdlog::level::warn);
+  if (threads > 0) omp_set_num_threads(threads);
+  try {
+    fmt::print("{}\n", run(preset, height, width, tile, warmup, iters, plan_only).dump());
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "bench_stream: {}\n", e.what());
+    return 1;
+  }
+  return 0;
+}
