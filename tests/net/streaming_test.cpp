@@ -27,7 +27,9 @@
 
 #include "kernels/core/error.hpp"
 #include "kernels/cross_entropy.hpp"
+#include "net/aggregator.hpp"
 #include "net/global_avg_pool.hpp"
+#include "net/map_cells.hpp"
 #include "net/model.hpp"
 #include "net/streaming.hpp"
 #include "net/streaming_memory.hpp"
@@ -478,6 +480,71 @@ TEST(StreamingMemory, AStepHoldsOneTileAndTheMapAsPlanned) {
       planned.feature_map / 1048576.0, planned.halo_overhead);
   EXPECT_NEAR(static_cast<double>(streamed), static_cast<double>(planned.step_peak), 0.2 * planned.step_peak);
   EXPECT_LT(streamed, whole / 2);
+}
+
+// The attention aggregator over the map's cells (each cell an instance, as
+// StreamingCLAM) as the head: with the trunk streamed, the logits, the loss and
+// every gradient (trunk, aggregator, fc) are the whole image's; and the mean over the
+// cells is the global average pooling of the encoder.
+TEST(StreamingHead, AttentionOverTheMapsCellsEqualsTheWholeImage) {
+  const Backend backend = Backend::reference;
+  Model model(model_spec("resnet18", 0.125), 7);
+  randomise_batch_norms(model, 11);
+  const std::unique_ptr<Aggregator> attention =
+      make_aggregator({AggregatorKind::attention, 16, true, 0.0f}, model.encoder().feature_dim(), 3);
+  const Tensor image = random_tensor({1, 1, 300, 350}, 5);
+  const ForwardContext ctx = frozen_training(backend);
+  StreamingTrunk trunk(model.encoder());
+  const StreamPlan plan = trunk.plan(image.shape(), 96, ctx);
+  TensorRegionReader reader(image);
+  auto run = [&](bool stream) {
+    model.zero_grad();
+    attention->zero_grad();
+    Tensor map = image;
+    if (stream)
+      map = trunk.forward(reader, plan, ctx);
+    else
+      for (Layer* layer : trunk.layers()) map = layer->forward(map, ctx);
+    const Shape map_shape = map.shape();
+    const Tensor logits = model.head().forward(attention->forward(map_cells(map), ctx), ctx);
+    map = {};
+    Outcome out;
+    out.logits = to_doubles(logits);
+    Tensor dlogits = Tensor::empty(logits.shape());
+    out.loss = kernels::cross_entropy(backend, logits, targets_for(1), nullptr, {}, dlogits);
+    Tensor dmap = map_from_cells(attention->backward(model.head().backward(dlogits)), map_shape);
+    if (stream) {
+      trunk.backward(reader, plan, dmap, ctx);
+    } else {
+      for (auto it = trunk.layers().rbegin(); it != trunk.layers().rend(); ++it) dmap = (*it)->backward(dmap);
+    }
+    out.gradients = gradients_of(model);
+    for (Parameter* parameter : attention->parameters()) out.gradients[parameter->name] = to_doubles(parameter->grad);
+    return out;
+  };
+  const Outcome whole = run(false);
+  const Outcome streamed_out = run(true);
+  EXPECT_EQ(relative_errors(streamed_out.logits, whole.logits).max, 0.0);
+  EXPECT_EQ(streamed_out.loss, whole.loss);
+  double worst = 0.0;
+  std::string worst_name;
+  for (const auto& [name, expected] : whole.gradients) {
+    const double error = relative_errors(streamed_out.gradients.at(name), expected).max;
+    if (error >= worst) worst = error, worst_name = name;
+  }
+  std::cout << fmt::format("[stream] attention over cells, reference: gradients {:.2e} ({})\n", worst, worst_name);
+  EXPECT_LE(worst, 1e-5) << worst_name;
+  EXPECT_TRUE(whole.gradients.contains("aggregator.attention_V.weight"));
+
+  // Mean over the cells = global average pooling.
+  const std::unique_ptr<Aggregator> mean = make_aggregator({AggregatorKind::mean}, model.encoder().feature_dim(), 3);
+  const ForwardContext inference = ForwardContext::inference(backend);
+  const Tensor map = trunk.forward(reader, plan, inference);
+  GlobalAvgPool pool("avgpool");
+  EXPECT_LE(relative_errors(to_doubles(mean->forward(map_cells(map), inference)),
+                            to_doubles(pool.forward(map, inference)))
+                .max,
+            1e-6);
 }
 
 }  // namespace
