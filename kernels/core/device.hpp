@@ -25,7 +25,7 @@ enum class Backend : std::uint8_t { reference, cpu, cuda };
 const char* backend_name(Backend backend);
 Device backend_device(Backend backend);
 // Which CUDA device the cuda backend runs on (default 0). A data-parallel rank picks
-// its node-local one before any model is built (pipeline/distributed.cpp), so ranks
+// its node-local one before any model is built (pipeline/distributed/distributed.cpp), so ranks
 // sharing a machine use different GPUs. Not for switching devices mid-run.
 void set_cuda_backend_device(int index);
 // True when this build contains the CUDA backend (not whether a GPU is present).

@@ -54,7 +54,7 @@ class OutOfMemoryError : public Error {
 };
 
 std::string format_out_of_memory(const OutOfMemoryInfo& info);
-// "1.50 GiB", "12.0 MiB", "512 B" (pipeline/plan_units.hpp's format, which kernels cannot use).
+// "1.50 GiB", "12.0 MiB", "512 B" (pipeline/plan/plan_units.hpp's format, which kernels cannot use).
 std::string format_memory_bytes(std::size_t bytes);
 
 }  // namespace bigtrain

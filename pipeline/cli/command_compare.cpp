@@ -1,18 +1,18 @@
 // `bigtrain compare CONFIG_A CONFIG_B [...] [--out DIR] [--set k=v] [--reuse]`: trains
 // each config into DIR/<config name> (or, with --reuse, reads a run already there)
-// and writes DIR/compare.csv, DIR/compare.md and DIR/compare.html, best first (pipeline/compare.hpp).
+// and writes DIR/compare.csv, DIR/compare.md and DIR/compare.html, best first (pipeline/experiments/compare.hpp).
 #include <filesystem>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "kernels/core/error.hpp"
-#include "pipeline/atomic_file.hpp"
 #include "pipeline/cli/command_registry.hpp"
-#include "pipeline/compare.hpp"
-#include "pipeline/config.hpp"
-#include "pipeline/report.hpp"
-#include "pipeline/trainer.hpp"
+#include "pipeline/common/atomic_file.hpp"
+#include "pipeline/config/config.hpp"
+#include "pipeline/experiments/compare.hpp"
+#include "pipeline/report/report.hpp"
+#include "pipeline/train/trainer.hpp"
 
 namespace bigtrain::cli {
 namespace {

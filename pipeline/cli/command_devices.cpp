@@ -5,7 +5,7 @@
 
 #include "kernels/core/device.hpp"
 #include "pipeline/cli/command_registry.hpp"
-#include "pipeline/distributed.hpp"
+#include "pipeline/distributed/distributed.hpp"
 
 #ifdef BIGTRAIN_HAVE_CUDA
 #include "kernels/cuda/runtime.hpp"

@@ -8,13 +8,13 @@
 
 #include "kernels/core/error.hpp"
 #include "kernels/device_select.hpp"
-#include "pipeline/atomic_file.hpp"
 #include "pipeline/cli/command_registry.hpp"
-#include "pipeline/config.hpp"
-#include "pipeline/dataset.hpp"
-#include "pipeline/evaluate.hpp"
-#include "pipeline/infer.hpp"
-#include "pipeline/metrics.hpp"
+#include "pipeline/common/atomic_file.hpp"
+#include "pipeline/config/config.hpp"
+#include "pipeline/data/dataset.hpp"
+#include "pipeline/engine/metrics.hpp"
+#include "pipeline/infer/evaluate.hpp"
+#include "pipeline/infer/infer.hpp"
 
 namespace bigtrain::cli {
 namespace {

@@ -12,13 +12,13 @@
 
 #include "kernels/core/error.hpp"
 #include "kernels/device_select.hpp"
-#include "pipeline/atomic_file.hpp"
 #include "pipeline/cli/command_registry.hpp"
-#include "pipeline/heatmap.hpp"
-#include "pipeline/distributed.hpp"
-#include "pipeline/distributed_training.hpp"
-#include "pipeline/infer.hpp"
-#include "pipeline/infer_shard.hpp"
+#include "pipeline/common/atomic_file.hpp"
+#include "pipeline/distributed/distributed.hpp"
+#include "pipeline/distributed/distributed_training.hpp"
+#include "pipeline/infer/heatmap.hpp"
+#include "pipeline/infer/infer.hpp"
+#include "pipeline/infer/infer_shard.hpp"
 
 namespace bigtrain::cli {
 namespace {
@@ -229,7 +229,7 @@ RegisterCommand infer_command("infer", [](CLI::App& app) {
   app.add_option("--tile-batch", a->tile_batch, "tiles per forward pass (default: the training run's)");
   app.add_option("--threads", a->threads, "read/preprocess threads (0: all cores)");
   return std::function<int()>([a] {
-    // Under mpirun: each rank classifies its share of the images (pipeline/infer_shard.hpp).
+    // Under mpirun: each rank classifies its share of the images (pipeline/infer/infer_shard.hpp).
     DistributedSession session;
     Communicator& comm = world();
     if (!comm.is_root()) {

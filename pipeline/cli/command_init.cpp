@@ -1,15 +1,15 @@
 // `bigtrain init DATA [--out config.yaml] [--memory 2GiB] [--device cpu|cuda]`: a
-// commented config for a dataset, from a look at its images (pipeline/init_config.hpp).
+// commented config for a dataset, from a look at its images (pipeline/cli/init_config.hpp).
 #include <filesystem>
 
 #include <fmt/format.h>
 
 #include "kernels/core/error.hpp"
-#include "pipeline/atomic_file.hpp"
+#include "pipeline/common/atomic_file.hpp"
 #include "pipeline/cli/command_registry.hpp"
-#include "pipeline/config.hpp"
-#include "pipeline/init_config.hpp"
-#include "pipeline/plan_units.hpp"
+#include "pipeline/config/config.hpp"
+#include "pipeline/cli/init_config.hpp"
+#include "pipeline/plan/plan_units.hpp"
 
 namespace bigtrain::cli {
 namespace {

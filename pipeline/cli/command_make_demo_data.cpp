@@ -9,7 +9,7 @@
 
 #include "kernels/core/error.hpp"
 #include "pipeline/cli/command_registry.hpp"
-#include "pipeline/demo_data.hpp"
+#include "pipeline/data/demo_data.hpp"
 
 namespace bigtrain::cli {
 namespace {

@@ -1,13 +1,13 @@
 // `bigtrain plan CONFIG [--image WxH|IMAGE] [--memory 2GiB] [--device cpu|cuda] [--json]`:
-// memory and FLOPs of the configured run before running it (pipeline/plan.hpp).
+// memory and FLOPs of the configured run before running it (pipeline/plan/plan.hpp).
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "kernels/core/error.hpp"
 #include "pipeline/cli/command_registry.hpp"
-#include "pipeline/config.hpp"
-#include "pipeline/plan.hpp"
-#include "pipeline/plan_units.hpp"
+#include "pipeline/config/config.hpp"
+#include "pipeline/plan/plan.hpp"
+#include "pipeline/plan/plan_units.hpp"
 #include "tiler/image_source.hpp"
 
 namespace bigtrain::cli {

@@ -9,9 +9,9 @@
 #include <fmt/format.h>
 
 #include "pipeline/cli/command_registry.hpp"
-#include "pipeline/report.hpp"
-#include "pipeline/report_heatmaps.hpp"
-#include "pipeline/tensorboard.hpp"
+#include "pipeline/report/report.hpp"
+#include "pipeline/report/tensorboard.hpp"
+#include "pipeline/train/report_heatmaps.hpp"
 
 namespace bigtrain::cli {
 namespace {

@@ -7,11 +7,11 @@
 #include <filesystem>
 
 #include "pipeline/cli/command_registry.hpp"
-#include "pipeline/config.hpp"
-#include "pipeline/distributed.hpp"
-#include "pipeline/interrupt.hpp"
-#include "pipeline/logging.hpp"
-#include "pipeline/trainer.hpp"
+#include "pipeline/common/logging.hpp"
+#include "pipeline/config/config.hpp"
+#include "pipeline/distributed/distributed.hpp"
+#include "pipeline/train/interrupt.hpp"
+#include "pipeline/train/trainer.hpp"
 
 namespace bigtrain::cli {
 namespace {
@@ -48,7 +48,7 @@ RegisterCommand run_command("run", [](CLI::App& app) {
   app.add_option("--resume", *resume, "continue the stopped run in this directory (its output.dir)");
   app.add_option("--stop-after", *epochs_now, "stop after this many epochs of this invocation (resume later)");
   return std::function<int()>([config_path, overrides, resume, epochs_now] {
-    // Under mpirun: one rank of a data-parallel run (pipeline/distributed.hpp).
+    // Under mpirun: one rank of a data-parallel run (pipeline/distributed/distributed.hpp).
     DistributedSession session;
     Communicator& comm = world();
     if (!comm.is_root()) {

@@ -1,7 +1,7 @@
 // `bigtrain sweep CONFIG --grid tiler.tile=128,256,512 --grid tiler.overlap=0,32,64
 // [--epochs N] [--out DIR] [--set k=v]`: one run per combination into DIR/<combination>,
 // then DIR/sweep.csv, DIR/sweep.md and DIR/sweep.html, best first, every figure read from the run's
-// own metrics.csv (pipeline/compare.hpp).
+// own metrics.csv (pipeline/experiments/compare.hpp).
 #include <filesystem>
 #include <set>
 
@@ -11,13 +11,13 @@
 #include <spdlog/spdlog.h>
 
 #include "kernels/core/error.hpp"
-#include "pipeline/atomic_file.hpp"
 #include "pipeline/cli/command_registry.hpp"
-#include "pipeline/compare.hpp"
-#include "pipeline/config.hpp"
-#include "pipeline/report.hpp"
-#include "pipeline/sweep.hpp"
-#include "pipeline/trainer.hpp"
+#include "pipeline/common/atomic_file.hpp"
+#include "pipeline/config/config.hpp"
+#include "pipeline/experiments/compare.hpp"
+#include "pipeline/experiments/sweep.hpp"
+#include "pipeline/report/report.hpp"
+#include "pipeline/train/trainer.hpp"
 
 namespace bigtrain::cli {
 namespace {

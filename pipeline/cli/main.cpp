@@ -8,7 +8,7 @@
 #include <spdlog/spdlog.h>
 
 #include "pipeline/cli/command_registry.hpp"
-#include "pipeline/logging.hpp"
+#include "pipeline/common/logging.hpp"
 
 namespace bigtrain::cli {
 std::vector<CommandRegistration>& command_registry() {

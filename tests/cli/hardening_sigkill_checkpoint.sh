@@ -4,7 +4,7 @@
 # run ends. The kills are placed deterministically with strace's fault injection:
 # SIGKILL on entry to each rename() that publishes epoch 2's checkpoint, i.e. after
 # the temporary file was written in full and just before it replaces the old one.
-# A checkpoint is two files renamed one after the other (pipeline/checkpoint.hpp):
+# A checkpoint is two files renamed one after the other (pipeline/engine/checkpoint.hpp):
 #   last.training.safetensors  the commit point: weights + optimizer state, all resume reads
 #   last.safetensors           the weights alone, for people and `bigtrain infer`
 # Killed before the first rename, the run resumes from epoch 1; killed between the

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "kernels/core/error.hpp"
-#include "pipeline/config.hpp"
+#include "pipeline/config/config.hpp"
 #include "tests/fuzz/fuzz_target.hpp"
 
 namespace {

@@ -9,9 +9,9 @@
 #include <gtest/gtest.h>
 
 #include "kernels/core/error.hpp"
-#include "pipeline/config.hpp"
-#include "pipeline/image_plan.hpp"
-#include "pipeline/preprocess.hpp"
+#include "pipeline/config/config.hpp"
+#include "pipeline/data/image_plan.hpp"
+#include "pipeline/data/preprocess.hpp"
 #include "tests/support/demo_dataset.hpp"
 #include "tiler/tile_reader.hpp"
 

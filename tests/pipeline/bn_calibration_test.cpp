@@ -12,11 +12,11 @@
 
 #include "net/batch_norm.hpp"
 #include "net/encoder.hpp"
-#include "pipeline/bn_calibration.hpp"
-#include "pipeline/config.hpp"
-#include "pipeline/demo_data.hpp"
-#include "pipeline/image_plan.hpp"
-#include "pipeline/preprocess.hpp"
+#include "pipeline/config/config.hpp"
+#include "pipeline/data/demo_data.hpp"
+#include "pipeline/data/image_plan.hpp"
+#include "pipeline/data/preprocess.hpp"
+#include "pipeline/engine/bn_calibration.hpp"
 #include "tests/support/demo_dataset.hpp"
 #include "tiler/tile_reader.hpp"
 

@@ -11,7 +11,7 @@
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
 
-#include "pipeline/config.hpp"
+#include "pipeline/config/config.hpp"
 
 namespace bigtrain {
 namespace {
@@ -40,7 +40,7 @@ TEST(ConfigDoc, EveryKeyOfTheReaderIsDocumentedAndNoOther) {
   const std::map<std::string, std::string> doc = documented_keys();
   std::set<std::string> code_set(code.begin(), code.end());
   for (const auto& key : code_set)
-    EXPECT_TRUE(doc.contains(key)) << "`" << key << "` is a config key (pipeline/config.cpp, net/model_spec.cpp) "
+    EXPECT_TRUE(doc.contains(key)) << "`" << key << "` is a config key (pipeline/config/config.cpp, net/model_spec.cpp) "
                                    << "missing from docs/config.md: add a row with its default, range and meaning";
   for (const auto& [key, unused] : doc)
     EXPECT_TRUE(code_set.contains(key)) << "docs/config.md documents `" << key << "`, which the config reader does not know";

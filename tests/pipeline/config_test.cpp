@@ -6,7 +6,7 @@
 #include <string>
 
 #include "kernels/core/error.hpp"
-#include "pipeline/config.hpp"
+#include "pipeline/config/config.hpp"
 
 namespace bigtrain {
 namespace {

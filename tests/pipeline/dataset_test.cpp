@@ -6,7 +6,7 @@
 #include <string>
 
 #include "kernels/core/error.hpp"
-#include "pipeline/dataset.hpp"
+#include "pipeline/data/dataset.hpp"
 
 namespace bigtrain {
 namespace {

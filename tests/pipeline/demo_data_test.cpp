@@ -13,8 +13,8 @@
 #include <opencv2/imgproc.hpp>
 
 #include "kernels/core/error.hpp"
-#include "pipeline/dataset.hpp"
-#include "pipeline/demo_data.hpp"
+#include "pipeline/data/dataset.hpp"
+#include "pipeline/data/demo_data.hpp"
 #include "tests/support/demo_dataset.hpp"
 #include "tiler/image_source.hpp"
 

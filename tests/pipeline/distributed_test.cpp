@@ -1,4 +1,4 @@
-// The sharding rules of data-parallel training (pipeline/distributed_training.hpp):
+// The sharding rules of data-parallel training (pipeline/distributed/distributed_training.hpp):
 // the ranks' shares of an epoch are disjoint, cover every image once, keep the
 // global order, and split every optimizer step (the collectives themselves run
 // under mpirun in tests/cli/mpi_train.sh).
@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "kernels/core/error.hpp"
-#include "pipeline/distributed.hpp"
-#include "pipeline/distributed_training.hpp"
+#include "pipeline/distributed/distributed.hpp"
+#include "pipeline/distributed/distributed_training.hpp"
 
 namespace bigtrain {
 namespace {

@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <opencv2/imgcodecs.hpp>
 
-#include "pipeline/evaluate.hpp"
+#include "pipeline/infer/evaluate.hpp"
 
 namespace bigtrain {
 namespace {

@@ -1,4 +1,4 @@
-// The bucket plan of the GPU gradient allreduce (pipeline/gradient_buckets.hpp): every
+// The bucket plan of the GPU gradient allreduce (pipeline/distributed/gradient_buckets.hpp): every
 // tensor in exactly one bucket, in order; staged buckets never exceed the staging
 // buffer; a tensor larger than a bucket goes alone, in place; few calls for ResNet-50.
 #include <gtest/gtest.h>
@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "kernels/core/error.hpp"
-#include "pipeline/gradient_buckets.hpp"
+#include "pipeline/distributed/gradient_buckets.hpp"
 
 namespace bigtrain {
 namespace {

@@ -11,8 +11,8 @@
 #include <fmt/format.h>
 
 #include "kernels/core/error.hpp"
-#include "pipeline/dataset.hpp"
-#include "pipeline/demo_data.hpp"
+#include "pipeline/data/dataset.hpp"
+#include "pipeline/data/demo_data.hpp"
 #include "tests/support/demo_dataset.hpp"
 
 namespace bigtrain {

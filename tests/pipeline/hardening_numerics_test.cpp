@@ -8,7 +8,7 @@
 #include <cmath>
 #include <limits>
 
-#include "pipeline/gradient_check.hpp"
+#include "pipeline/engine/gradient_check.hpp"
 
 namespace bigtrain {
 namespace {

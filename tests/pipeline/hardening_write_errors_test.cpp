@@ -14,7 +14,7 @@
 
 #include "kernels/core/error.hpp"
 #include "net/safetensors.hpp"
-#include "pipeline/atomic_file.hpp"
+#include "pipeline/common/atomic_file.hpp"
 
 namespace bigtrain {
 namespace {

@@ -9,11 +9,11 @@
 
 #include <opencv2/imgcodecs.hpp>
 
-#include "pipeline/heatmap.hpp"
+#include "pipeline/infer/heatmap.hpp"
 #include "tiler/background.hpp"
 #include "tiler/image_source.hpp"
-#include "tiler/tile_reader.hpp"
 #include "tiler/tiff_writer.hpp"
+#include "tiler/tile_reader.hpp"
 
 namespace bigtrain {
 namespace {

@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "kernels/core/error.hpp"
-#include "pipeline/infer_shard.hpp"
+#include "pipeline/infer/infer_shard.hpp"
 
 namespace bigtrain {
 namespace {

@@ -13,15 +13,15 @@
 
 #include "kernels/core/error.hpp"
 #include "net/model_spec.hpp"
-#include "pipeline/checkpoint.hpp"
-#include "pipeline/demo_data.hpp"
-#include "pipeline/evaluate.hpp"
-#include "pipeline/infer.hpp"
-#include "pipeline/trainer.hpp"
-#include "tiler/synthetic_image.hpp"
-#include "tiler/tile_reader.hpp"
+#include "pipeline/data/demo_data.hpp"
+#include "pipeline/engine/checkpoint.hpp"
+#include "pipeline/infer/evaluate.hpp"
+#include "pipeline/infer/infer.hpp"
+#include "pipeline/train/trainer.hpp"
 #include "tests/support/demo_dataset.hpp"
+#include "tiler/synthetic_image.hpp"
 #include "tiler/tiff_writer.hpp"
+#include "tiler/tile_reader.hpp"
 
 namespace bigtrain {
 namespace {

@@ -2,7 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "kernels/core/error.hpp"
-#include "pipeline/loss_scaler.hpp"
+#include "pipeline/engine/loss_scaler.hpp"
 
 namespace bigtrain {
 namespace {

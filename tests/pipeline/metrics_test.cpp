@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "pipeline/metrics.hpp"
+#include "pipeline/engine/metrics.hpp"
 
 namespace bigtrain {
 namespace {

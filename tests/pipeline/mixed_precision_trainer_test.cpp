@@ -18,9 +18,9 @@
 #include "kernels/cpu/isa.hpp"
 #include "kernels/device_select.hpp"
 #include "net/safetensors.hpp"
-#include "pipeline/config.hpp"
-#include "pipeline/demo_data.hpp"
-#include "pipeline/trainer.hpp"
+#include "pipeline/config/config.hpp"
+#include "pipeline/data/demo_data.hpp"
+#include "pipeline/train/trainer.hpp"
 #include "tests/support/demo_dataset.hpp"
 
 namespace bigtrain {

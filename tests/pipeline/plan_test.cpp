@@ -17,9 +17,9 @@
 #include "net/linear.hpp"
 #include "net/memory_plan.hpp"
 #include "net/optimizer.hpp"
-#include "pipeline/plan.hpp"
-#include "pipeline/plan_units.hpp"
-#include "pipeline/two_pass.hpp"
+#include "pipeline/engine/two_pass.hpp"
+#include "pipeline/plan/plan.hpp"
+#include "pipeline/plan/plan_units.hpp"
 #include "tests/support/op_check.hpp"
 
 namespace bigtrain {

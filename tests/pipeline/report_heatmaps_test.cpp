@@ -2,7 +2,7 @@
 // manifest the trainer writes, and how report.html captions correct and wrong ones.
 // (The heatmaps of a real run, drawn from its best checkpoint, are checked by
 // cli.report_render.)
-#include "pipeline/report_heatmaps.hpp"
+#include "pipeline/train/report_heatmaps.hpp"
 
 #include <unistd.h>
 
@@ -14,7 +14,7 @@
 #include <opencv2/imgcodecs.hpp>
 
 #include "kernels/core/error.hpp"
-#include "pipeline/report.hpp"
+#include "pipeline/report/report.hpp"
 
 namespace bigtrain {
 namespace {

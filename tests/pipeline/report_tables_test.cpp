@@ -9,7 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "kernels/core/error.hpp"
-#include "pipeline/report.hpp"
+#include "pipeline/report/report.hpp"
 
 namespace bigtrain {
 namespace {

@@ -1,4 +1,4 @@
-#include "pipeline/report.hpp"
+#include "pipeline/report/report.hpp"
 
 #include <unistd.h>
 
@@ -9,7 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "kernels/core/error.hpp"
-#include "pipeline/report_data.hpp"
+#include "pipeline/report/report_data.hpp"
 
 namespace bigtrain {
 namespace {

@@ -4,8 +4,8 @@
 
 #include <filesystem>
 
-#include "pipeline/image_plan.hpp"
-#include "pipeline/resize_cache.hpp"
+#include "pipeline/data/image_plan.hpp"
+#include "pipeline/data/resize_cache.hpp"
 #include "tests/support/demo_dataset.hpp"
 
 namespace bigtrain {

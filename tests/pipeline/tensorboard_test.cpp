@@ -1,4 +1,4 @@
-#include "pipeline/tensorboard.hpp"
+#include "pipeline/report/tensorboard.hpp"
 
 #include <cstring>
 

@@ -13,7 +13,7 @@
 #include <thread>
 
 #include "kernels/core/error.hpp"
-#include "pipeline/tile_stream.hpp"
+#include "pipeline/data/tile_stream.hpp"
 #include "tiler/tiff_writer.hpp"
 #include "tiler/tile_reader.hpp"
 

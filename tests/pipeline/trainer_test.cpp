@@ -11,9 +11,9 @@
 
 #include "kernels/core/error.hpp"
 #include "net/safetensors.hpp"
-#include "pipeline/config.hpp"
-#include "pipeline/demo_data.hpp"
-#include "pipeline/trainer.hpp"
+#include "pipeline/config/config.hpp"
+#include "pipeline/data/demo_data.hpp"
+#include "pipeline/train/trainer.hpp"
 #include "tests/support/demo_dataset.hpp"
 
 namespace bigtrain {

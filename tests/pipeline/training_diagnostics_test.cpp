@@ -11,9 +11,9 @@
 
 #include <fmt/format.h>
 
-#include "pipeline/config.hpp"
-#include "pipeline/trainer.hpp"
-#include "pipeline/training_diagnostics.hpp"
+#include "pipeline/config/config.hpp"
+#include "pipeline/train/trainer.hpp"
+#include "pipeline/train/training_diagnostics.hpp"
 #include "tests/support/demo_dataset.hpp"
 
 namespace bigtrain {

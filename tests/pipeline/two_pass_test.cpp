@@ -16,7 +16,7 @@
 #include "kernels/elementwise.hpp"
 #include "net/aggregator.hpp"
 #include "net/model.hpp"
-#include "pipeline/two_pass.hpp"
+#include "pipeline/engine/two_pass.hpp"
 #include "tests/support/op_check.hpp"
 
 namespace bigtrain {

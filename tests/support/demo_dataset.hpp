@@ -14,7 +14,7 @@
 #include <filesystem>
 #include <string>
 
-#include "pipeline/demo_data.hpp"
+#include "pipeline/data/demo_data.hpp"
 
 namespace bigtrain::testing {
 

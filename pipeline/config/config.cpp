@@ -1,0 +1,339 @@
+#include "pipeline/config/config.hpp"
+
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <memory>
+#include <set>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "kernels/core/error.hpp"
+#include "net/model_spec.hpp"
+#include "pipeline/common/atomic_file.hpp"
+#include "pipeline/config/config_reader.hpp"
+
+namespace bigtrain {
+namespace {
+
+constexpr std::int64_t kIntMax = std::numeric_limits<std::int64_t>::max();
+constexpr double kHuge = std::numeric_limits<double>::max();
+
+// Data paths are written relative to the config file, so a config and its data can
+// move together; the resolved config holds absolute paths so it works from the run
+// directory too.
+std::string resolve_path(const std::string& path, const std::filesystem::path& base) {
+  if (path.empty()) return path;
+  std::filesystem::path p(path);
+  if (p.is_relative()) p = base / p;
+  return std::filesystem::absolute(p).lexically_normal().string();
+}
+
+DataConfig read_data(ConfigSection s, const std::filesystem::path& base) {
+  DataConfig d;
+  d.train = s.get_string("train", "");
+  if (d.train.empty()) s.fail("train", "is required: a CSV manifest `path,label` or a folder per class");
+  d.train = resolve_path(d.train, base);
+  d.val = resolve_path(s.get_string("val", ""), base);
+  d.test = resolve_path(s.get_string("test", ""), base);
+  d.val_fraction = s.get_double("val_fraction", d.val_fraction, 0.0, 0.9);
+  d.classes = s.get_strings("classes", {});
+  d.mean = s.get_doubles("mean", d.mean);
+  d.std = s.get_doubles("std", d.std);
+  if (d.mean.empty()) s.fail("mean", "must hold one value per channel (or one for all)");
+  if (d.std.size() != d.mean.size()) s.fail("std", "must have as many values as `mean`");
+  for (double v : d.std)
+    if (!(v > 0)) s.fail("std", "values must be positive");
+  d.on_bad_image = s.get_choice("on_bad_image", d.on_bad_image, {"error", "skip"});
+  d.max_value = s.get_int("max_value", d.max_value, 0, 65535);
+  s.finish();
+  return d;
+}
+
+TilerConfig read_tiler(ConfigSection s) {
+  TilerConfig t;
+  t.mode = s.get_choice("mode", t.mode, {"tiles", "resize"});
+  t.tile = s.get_int("tile", t.tile, 8, 1 << 16);
+  t.overlap = s.get_int("overlap", t.overlap, 0, t.tile - 1);
+  t.border = s.get_choice("border", t.border, {"pad", "drop", "shift"});
+  t.level = s.get_int("level", t.level, 0, 64);
+  t.downsample = s.get_double("downsample", t.downsample, 1.0, 1024.0);
+  t.min_foreground = s.get_double("min_foreground", t.min_foreground, 0.0, 1.0);
+  t.foreground = s.get_choice("foreground", t.foreground, {"dark", "bright"});
+  t.background = s.get_choice("background", t.background, {"otsu", "fixed", "local_contrast", "none"});
+  t.threshold = s.get_int("threshold", t.threshold, -1, 255);
+  if (t.background == "fixed" && t.threshold < 0) s.fail("threshold", "is required with background: fixed (a grey level 0..255)");
+  if (t.background == "local_contrast" && t.threshold == 0) s.fail("threshold", "must be at least 1 with background: local_contrast (or -1: from the noise)");
+  t.max_tiles_per_image = s.get_int("max_tiles_per_image", t.max_tiles_per_image, 0, kIntMax);
+  t.resize_size = s.get_int("resize_size", t.resize_size, 8, 1 << 16);
+  t.resize_cache_mb = s.get_int("resize_cache_mb", t.resize_cache_mb, 0, std::int64_t{1} << 30);
+  s.finish();
+  return t;
+}
+
+AggregatorConfig read_aggregator(ConfigSection s) {
+  AggregatorConfig a;
+  a.kind = s.get_choice("kind", a.kind, {"mean", "max", "attention"});
+  a.hidden = s.get_int("hidden", a.hidden, 1, 1 << 16);
+  a.gated = s.get_bool("gated", a.gated);
+  a.dropout = s.get_double("dropout", a.dropout, 0.0, 0.95);
+  a.top_tiles = s.get_int("top_tiles", a.top_tiles, 0, kIntMax);
+  if (a.top_tiles > 0 && a.kind != "attention")
+    s.fail("top_tiles", fmt::format("ranks tiles by attention; aggregator.kind {} has none", a.kind));
+  s.finish();
+  return a;
+}
+
+AugmentationConfig read_augmentation(ConfigSection s) {
+  AugmentationConfig a;
+  a.flips = s.get_bool("flips", a.flips);
+  a.rot90 = s.get_bool("rot90", a.rot90);
+  a.brightness = s.get_double("brightness", a.brightness, 0.0, 1.0);
+  a.contrast = s.get_double("contrast", a.contrast, 0.0, 1.0);
+  a.noise = s.get_double("noise", a.noise, 0.0, 1.0);
+  s.finish();
+  return a;
+}
+
+TrainConfig read_train(ConfigSection s) {
+  TrainConfig t;
+  t.epochs = s.get_int("epochs", t.epochs, 1, 1'000'000);
+  t.images_per_step = s.get_int("images_per_step", t.images_per_step, 1, 1'000'000);
+  t.tile_batch = s.get_int("tile_batch", t.tile_batch, 1, 1 << 20);
+  t.optimizer = s.get_choice("optimizer", t.optimizer, {"sgd", "adamw"});
+  t.lr = s.get_double("lr", t.lr, 0.0, 100.0);
+  t.momentum = s.get_double("momentum", t.momentum, 0.0, 1.0);
+  t.weight_decay = s.get_double("weight_decay", t.weight_decay, 0.0, 10.0);
+  t.schedule = s.get_choice("schedule", t.schedule, {"constant", "cosine", "step"});
+  t.warmup_steps = s.get_int("warmup_steps", t.warmup_steps, 0, kIntMax);
+  t.step_gamma = s.get_double("step_gamma", t.step_gamma, 0.0, 1.0);
+  t.step_every_epochs = s.get_int("step_every_epochs", t.step_every_epochs, 1, kIntMax);
+  t.clip_grad_norm = s.get_double("clip_grad_norm", t.clip_grad_norm, 0.0, kHuge);
+  t.label_smoothing = s.get_double("label_smoothing", t.label_smoothing, 0.0, 0.99);
+  t.augmentation = read_augmentation(s.section("augmentation"));
+  t.seed = s.get_u64("seed", t.seed);
+  {
+    ConfigSection e = s.section("early_stopping");
+    t.early_stopping.patience = e.get_int("patience", 0, 0, kIntMax);
+    t.early_stopping.min_delta = e.get_double("min_delta", 0.0, 0.0, kHuge);
+    e.finish();
+  }
+  t.freeze_bn = s.get_bool("freeze_bn", t.freeze_bn);
+  t.bn_calibration_images = s.get_int("bn_calibration_images", t.bn_calibration_images, 0, kIntMax);
+  t.diagnostics = s.get_bool("diagnostics", t.diagnostics);
+  t.best_metric =
+      s.get_choice("best_metric", t.best_metric, {"val_accuracy", "val_balanced_accuracy", "val_loss", "val_auc"});
+  t.precision = s.get_choice("precision", t.precision, {"fp32", "bf16", "fp16"});
+  {
+    ConfigSection l = s.section("loss_scale");
+    // Powers of two keep scaling and unscaling exact; GradScaler allows any value.
+    t.loss_scale.init = l.get_double("init", t.loss_scale.init, 1.0, 1e30);
+    t.loss_scale.growth_interval = l.get_int("growth_interval", t.loss_scale.growth_interval, 1, kIntMax);
+    l.finish();
+  }
+  s.finish();
+  return t;
+}
+
+DeviceConfig read_device(ConfigSection s) {
+  DeviceConfig d;
+  d.type = s.get_choice("type", d.type, {"cpu", "cuda", "auto"});
+  d.index = s.get_int("index", d.index, 0, 1024);
+  d.threads = s.get_int("threads", d.threads, 0, 4096);
+  d.tiles_in_flight = s.get_int("tiles_in_flight", d.tiles_in_flight, 0, 1 << 20);
+  s.finish();
+  return d;
+}
+
+OutputConfig read_output(ConfigSection s) {
+  OutputConfig o;
+  o.dir = s.get_string("dir", o.dir);
+  if (o.dir.empty()) s.fail("dir", "must name a directory");
+  o.log_every = s.get_int("log_every", o.log_every, 1, kIntMax);
+  s.finish();
+  return o;
+}
+
+Config parse_node(YAML::Node root, std::shared_ptr<ConfigOrigin> origin, const std::filesystem::path& base) {
+  ConfigSection top(root, "", origin);
+  if (root.IsDefined() && !root.IsNull() && !root.IsMap())
+    throw Error(fmt::format("{}: a config is a mapping of sections (data, tiler, model, aggregator, train, device, "
+                            "output)",
+                            origin->file));
+  Config config;
+  config.source = origin->file;
+  config.data = read_data(top.section("data"), base);
+  config.tiler = read_tiler(top.section("tiler"));
+  if (YAML::Node model = top.get_node("model"); model.IsDefined()) {
+    if (!model.IsMap()) top.fail("model", "must be a mapping (the model spec)");
+    config.model = YAML::Clone(model);
+  }
+  config.aggregator = read_aggregator(top.section("aggregator"));
+  ConfigSection train = top.section("train");
+  config.train = read_train(train);
+  config.device = read_device(top.section("device"));
+  // Pass 2 runs the encoder on the selected tiles only, in smaller batches: batch
+  // statistics would then differ from pass 1's.
+  if (config.aggregator.top_tiles > 0 && !config.train.freeze_bn)
+    train.fail("freeze_bn", "aggregator.top_tiles needs freeze_bn: true (pass 2 computes the selected tiles in "
+                            "sub-batches, whose BatchNorm batch statistics would differ from pass 1's)");
+  // bf16 on the CPU depends on the machine (AVX512_BF16): the trainer checks it, as
+  // it checks fp16 with device: auto on a machine without a GPU.
+  if (config.train.precision == "fp16" && config.device.type == "cpu")
+    train.fail("precision", "fp16 needs device: cuda (the CPU backend computes in float32, or in bf16 on CPUs "
+                            "with AVX512_BF16); use precision fp32 or bf16 with device: cpu");
+  config.output = read_output(top.section("output"));
+  top.finish();
+  return config;
+}
+
+Config parse_with_origin(const std::string& text, const std::string& source_name,
+                         const std::vector<std::string>& overrides, const std::filesystem::path& base) {
+  auto origin = std::make_shared<ConfigOrigin>();
+  origin->file = source_name;
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::ParserException& error) {
+    throw Error(fmt::format("{}:{}:{}: not valid YAML: {}", source_name, error.mark.line + 1, error.mark.column + 1,
+                            error.msg));
+  }
+  if (!root.IsDefined() || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
+  for (const auto& assignment : overrides) apply_override(root, assignment, *origin);
+  return parse_node(root, origin, base);
+}
+
+}  // namespace
+
+Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(fmt::format("{}: cannot open the config file", path));
+  std::stringstream text;
+  text << in.rdbuf();
+  const auto base = std::filesystem::absolute(std::filesystem::path(path)).parent_path();
+  return parse_with_origin(text.str(), path, overrides, base);
+}
+
+Config parse_config(const std::string& yaml_text, const std::string& source_name,
+                    const std::vector<std::string>& overrides) {
+  return parse_with_origin(yaml_text, source_name, overrides, std::filesystem::current_path());
+}
+
+std::vector<std::string> known_config_keys() {
+  auto origin = std::make_shared<ConfigOrigin>();
+  origin->file = "<known keys>";
+  origin->asked_keys = std::make_shared<std::set<std::string>>();
+  YAML::Node root = YAML::Load("data: {train: known-keys.csv}");
+  parse_node(root, origin, std::filesystem::current_path());
+  std::set<std::string> keys = *origin->asked_keys;
+  keys.erase("model");  // handed to net's parser, whose table names its keys
+  for (const auto& key : net::model_spec_keys()) keys.insert("model." + key);
+  std::vector<std::string> leaves;
+  for (const auto& key : keys) {
+    const auto next = keys.upper_bound(key);
+    const bool is_section = next != keys.end() && next->starts_with(key + ".");
+    if (!is_section) leaves.push_back(key);
+  }
+  return leaves;
+}
+
+std::string config_to_yaml(const Config& c) {
+  YAML::Emitter out;
+  out << YAML::BeginMap;
+  out << YAML::Key << "data" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "train" << YAML::Value << c.data.train;
+  if (!c.data.val.empty()) out << YAML::Key << "val" << YAML::Value << c.data.val;
+  if (!c.data.test.empty()) out << YAML::Key << "test" << YAML::Value << c.data.test;
+  out << YAML::Key << "val_fraction" << YAML::Value << c.data.val_fraction;
+  out << YAML::Key << "classes" << YAML::Value << YAML::Flow << c.data.classes;
+  out << YAML::Key << "mean" << YAML::Value << YAML::Flow << c.data.mean;
+  out << YAML::Key << "std" << YAML::Value << YAML::Flow << c.data.std;
+  out << YAML::Key << "on_bad_image" << YAML::Value << c.data.on_bad_image;
+  out << YAML::Key << "max_value" << YAML::Value << c.data.max_value;
+  out << YAML::EndMap;
+
+  out << YAML::Key << "tiler" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "mode" << YAML::Value << c.tiler.mode;
+  out << YAML::Key << "tile" << YAML::Value << c.tiler.tile;
+  out << YAML::Key << "overlap" << YAML::Value << c.tiler.overlap;
+  out << YAML::Key << "border" << YAML::Value << c.tiler.border;
+  out << YAML::Key << "level" << YAML::Value << c.tiler.level;
+  out << YAML::Key << "downsample" << YAML::Value << c.tiler.downsample;
+  out << YAML::Key << "min_foreground" << YAML::Value << c.tiler.min_foreground;
+  out << YAML::Key << "foreground" << YAML::Value << c.tiler.foreground;
+  out << YAML::Key << "background" << YAML::Value << c.tiler.background;
+  out << YAML::Key << "threshold" << YAML::Value << c.tiler.threshold;
+  out << YAML::Key << "max_tiles_per_image" << YAML::Value << c.tiler.max_tiles_per_image;
+  out << YAML::Key << "resize_size" << YAML::Value << c.tiler.resize_size;
+  out << YAML::Key << "resize_cache_mb" << YAML::Value << c.tiler.resize_cache_mb;
+  out << YAML::EndMap;
+
+  if (c.model.IsDefined() && !c.model.IsNull()) out << YAML::Key << "model" << YAML::Value << c.model;
+
+  out << YAML::Key << "aggregator" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "kind" << YAML::Value << c.aggregator.kind;
+  out << YAML::Key << "hidden" << YAML::Value << c.aggregator.hidden;
+  out << YAML::Key << "gated" << YAML::Value << c.aggregator.gated;
+  out << YAML::Key << "dropout" << YAML::Value << c.aggregator.dropout;
+  out << YAML::Key << "top_tiles" << YAML::Value << c.aggregator.top_tiles;
+  out << YAML::EndMap;
+
+  const TrainConfig& t = c.train;
+  out << YAML::Key << "train" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "epochs" << YAML::Value << t.epochs;
+  out << YAML::Key << "images_per_step" << YAML::Value << t.images_per_step;
+  out << YAML::Key << "tile_batch" << YAML::Value << t.tile_batch;
+  out << YAML::Key << "optimizer" << YAML::Value << t.optimizer;
+  out << YAML::Key << "lr" << YAML::Value << t.lr;
+  out << YAML::Key << "momentum" << YAML::Value << t.momentum;
+  out << YAML::Key << "weight_decay" << YAML::Value << t.weight_decay;
+  out << YAML::Key << "schedule" << YAML::Value << t.schedule;
+  out << YAML::Key << "warmup_steps" << YAML::Value << t.warmup_steps;
+  out << YAML::Key << "step_gamma" << YAML::Value << t.step_gamma;
+  out << YAML::Key << "step_every_epochs" << YAML::Value << t.step_every_epochs;
+  out << YAML::Key << "clip_grad_norm" << YAML::Value << t.clip_grad_norm;
+  out << YAML::Key << "label_smoothing" << YAML::Value << t.label_smoothing;
+  out << YAML::Key << "augmentation" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "flips" << YAML::Value << t.augmentation.flips;
+  out << YAML::Key << "rot90" << YAML::Value << t.augmentation.rot90;
+  out << YAML::Key << "brightness" << YAML::Value << t.augmentation.brightness;
+  out << YAML::Key << "contrast" << YAML::Value << t.augmentation.contrast;
+  out << YAML::Key << "noise" << YAML::Value << t.augmentation.noise;
+  out << YAML::EndMap;
+  out << YAML::Key << "seed" << YAML::Value << t.seed;
+  out << YAML::Key << "early_stopping" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "patience" << YAML::Value << t.early_stopping.patience;
+  out << YAML::Key << "min_delta" << YAML::Value << t.early_stopping.min_delta;
+  out << YAML::EndMap;
+  out << YAML::Key << "freeze_bn" << YAML::Value << t.freeze_bn;
+  out << YAML::Key << "bn_calibration_images" << YAML::Value << t.bn_calibration_images;
+  out << YAML::Key << "diagnostics" << YAML::Value << t.diagnostics;
+  out << YAML::Key << "best_metric" << YAML::Value << t.best_metric;
+  out << YAML::Key << "precision" << YAML::Value << t.precision;
+  out << YAML::Key << "loss_scale" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "init" << YAML::Value << t.loss_scale.init;
+  out << YAML::Key << "growth_interval" << YAML::Value << t.loss_scale.growth_interval;
+  out << YAML::EndMap;
+  out << YAML::EndMap;
+
+  out << YAML::Key << "device" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "type" << YAML::Value << c.device.type;
+  out << YAML::Key << "index" << YAML::Value << c.device.index;
+  out << YAML::Key << "threads" << YAML::Value << c.device.threads;
+  out << YAML::Key << "tiles_in_flight" << YAML::Value << c.device.tiles_in_flight;
+  out << YAML::EndMap;
+
+  out << YAML::Key << "output" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "dir" << YAML::Value << c.output.dir;
+  out << YAML::Key << "log_every" << YAML::Value << c.output.log_every;
+  out << YAML::EndMap;
+  out << YAML::EndMap;
+  return std::string(out.c_str()) + "\n";
+}
+
+void save_config(const Config& config, const std::string& path) {
+  write_file_atomically(path, config_to_yaml(config));
+}
+
+}  // namespace bigtrain

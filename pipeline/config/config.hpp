@@ -1,0 +1,159 @@
+#pragma once
+// The configuration of one run, read from one YAML file plus `--set a.b=value`
+// overrides, validated strictly (see config_reader.hpp). Every field has the default
+// written here; the resolved config (defaults filled in) is saved in the run
+// directory so a run can always be repeated from its own folder.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <yaml-cpp/yaml.h>
+
+namespace bigtrain {
+
+struct DataConfig {
+  // A CSV manifest `path,label` or a folder with one sub-folder per class; relative
+  // paths are relative to the config file.
+  std::string train;
+  std::string val;   // empty: split off `train` (stratified, seeded by train.seed)
+  std::string test;  // optional
+  double val_fraction = 0.2;
+  // Class names in output order; empty: the sorted distinct labels of the training set.
+  std::vector<std::string> classes;
+  // Per-channel normalisation after scaling pixels to [0, 1]; one value broadcasts.
+  std::vector<double> mean = {0.5};
+  std::vector<double> std = {0.25};
+  // The pixel value that is full brightness (1.0 before normalisation) for every
+  // image; 0: each image's own (SMaxSampleValue/MaxSampleValue, else 255 or 65535).
+  std::int64_t max_value = 0;
+  std::string on_bad_image = "error";  // error | skip
+};
+
+struct TilerConfig {
+  std::string mode = "tiles";  // tiles | resize (the whole image resized to resize_size, the baseline)
+  std::int64_t tile = 256;
+  std::int64_t overlap = 0;
+  std::string border = "pad";  // pad | drop | shift: what the last row/column of tiles does at the image edge
+  std::int64_t level = 0;      // pyramid level read
+  double downsample = 1.0;     // extra downsampling of the read level
+  double min_foreground = 0.0; // tiles with a smaller foreground fraction are dropped (0: keep all)
+  std::string foreground = "dark";  // dark (tissue on a bright slide) | bright (objects on black)
+  // otsu | fixed | local_contrast | none: how the thumbnail's foreground is found
+  // (tiler/background.hpp); used when min_foreground > 0.
+  std::string background = "otsu";
+  // fixed: the grey level (0..255 on the thumbnail) between background and
+  // foreground; local_contrast: the least departure from the local background, in
+  // grey levels; -1: Otsu's cut / chosen from the noise.
+  std::int64_t threshold = -1;
+  std::int64_t max_tiles_per_image = 0;  // training only: random subset of this many tiles (0: all)
+  std::int64_t resize_size = 224;        // mode resize only
+  // mode resize only: resized images kept in memory, up to this many MiB (0: read
+  // and resize every image every epoch; see pipeline/data/resize_cache.hpp).
+  std::int64_t resize_cache_mb = 1024;
+};
+
+struct AggregatorConfig {
+  std::string kind = "attention";  // mean | max | attention
+  std::int64_t hidden = 128;       // attention only
+  bool gated = true;               // attention only: Ilse et al.'s gated variant
+  double dropout = 0.0;            // on the aggregated feature, training only
+  // attention only: 0 aggregates every tile; M > 0 only the M tiles the attention
+  // ranks highest (scored without gradients; pass 2 computes only those; see two_pass.hpp).
+  std::int64_t top_tiles = 0;
+};
+
+struct AugmentationConfig {
+  bool flips = false;
+  bool rot90 = false;
+  double brightness = 0.0;  // additive jitter, uniform in [-b, b] (pixels in [0, 1])
+  double contrast = 0.0;    // multiplicative jitter around the tile mean, uniform in [1-c, 1+c]
+  double noise = 0.0;       // standard deviation of additive Gaussian noise
+};
+
+struct EarlyStoppingConfig {
+  std::int64_t patience = 0;  // epochs without improvement of best_metric; 0: off
+  double min_delta = 0.0;
+};
+
+// Dynamic loss scaling of train.precision fp16, torch.cuda.amp.GradScaler's
+// defaults: the loss gradient is multiplied by the scale; a step whose gradients
+// overflow is skipped and the scale halved; after growth_interval steps without
+// overflow the scale doubles.
+struct LossScaleConfig {
+  double init = 65536.0;
+  std::int64_t growth_interval = 2000;
+};
+
+struct TrainConfig {
+  std::int64_t epochs = 10;
+  std::int64_t images_per_step = 1;
+  std::int64_t tile_batch = 16;
+  std::string optimizer = "adamw";  // sgd | adamw
+  double lr = 1e-3;
+  double momentum = 0.9;  // sgd only
+  double weight_decay = 1e-4;
+  std::string schedule = "cosine";  // constant | cosine | step
+  std::int64_t warmup_steps = 0;
+  double step_gamma = 0.1;            // schedule step only
+  std::int64_t step_every_epochs = 10;  // schedule step only
+  double clip_grad_norm = 0.0;  // 0: off
+  double label_smoothing = 0.0;
+  AugmentationConfig augmentation;
+  std::uint64_t seed = 0;
+  EarlyStoppingConfig early_stopping;
+  bool freeze_bn = false;
+  // With freeze_bn and a freshly initialised encoder, the running statistics are
+  // estimated from this many training images before the first step (0: off).
+  std::int64_t bn_calibration_images = 0;
+  std::string best_metric = "val_accuracy";  // val_accuracy | val_balanced_accuracy | val_loss | val_auc
+  // fp32 | bf16 | fp16: the compute type of the encoder's convolutions (float32
+  // master weights and activations between layers; see kernels/conv2d.hpp). bf16
+  // needs device: cuda or a CPU with AVX512_BF16; fp16 needs device: cuda and uses
+  // dynamic loss scaling (loss_scale).
+  std::string precision = "fp32";
+  LossScaleConfig loss_scale;
+  // Writes diagnostics.csv and gradients.csv into the run directory (attention
+  // entropy, evidence tiles, gradient norms per weight; pipeline/train/training_diagnostics.hpp).
+  bool diagnostics = false;
+};
+
+struct DeviceConfig {
+  std::string type = "auto";  // cpu | cuda | auto (cuda when a GPU is present)
+  std::int64_t index = 0;
+  std::int64_t threads = 0;          // CPU threads for reading and preprocessing; 0: all cores
+  std::int64_t tiles_in_flight = 0;  // limiter of the tile stream; 0: 4 tile batches
+};
+
+struct OutputConfig {
+  std::string dir = "runs/run";
+  std::int64_t log_every = 20;  // images between log lines when not on a terminal
+};
+
+struct Config {
+  DataConfig data;
+  TilerConfig tiler;
+  YAML::Node model;  // handed to net's model-spec parser unchanged
+  AggregatorConfig aggregator;
+  TrainConfig train;
+  DeviceConfig device;
+  OutputConfig output;
+  std::string source;  // the file it came from ("<string>" otherwise), for messages
+};
+
+// Reads and validates; throws bigtrain::Error naming file, line and key on any problem.
+Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+Config parse_config(const std::string& yaml_text, const std::string& source_name,
+                    const std::vector<std::string>& overrides = {});
+
+// Every key a config may hold, dotted ("train.augmentation.flips", "model.stem.kernel"),
+// sorted; sections themselves are left out. Taken from what the reader asks for (and
+// net's model-spec table), so it cannot drift from the code.
+std::vector<std::string> known_config_keys();
+
+// The resolved config as YAML (every default written out); parse_config of it gives
+// the same Config.
+std::string config_to_yaml(const Config& config);
+// Written to a temporary name, then renamed.
+void save_config(const Config& config, const std::string& path);
+
+}  // namespace bigtrain

@@ -1,0 +1,184 @@
+#include "pipeline/engine/two_pass.hpp"
+
+#include <algorithm>
+
+#include "kernels/core/error.hpp"
+#include "kernels/cross_entropy.hpp"
+#include "kernels/elementwise.hpp"
+
+namespace bigtrain {
+
+std::vector<net::Parameter*> ImageModel::parameters() const {
+  std::vector<net::Parameter*> all = encoder->parameters();
+  for (net::Parameter* p : aggregator->parameters()) all.push_back(p);
+  for (net::Parameter* p : head->parameters()) all.push_back(p);
+  return all;
+}
+
+void ImageModel::zero_grad() const {
+  for (net::Parameter* p : parameters()) p->zero_grad();
+}
+
+TwoPassStep::TwoPassStep(const ImageModel& model, const TwoPassOptions& options) : model_(model), options_(options) {
+  BT_CHECK(model.encoder && model.aggregator && model.head, "two-pass step: encoder, aggregator and head are required");
+  BT_CHECK(options.top_tiles == 0 || model.aggregator->kind() == net::AggregatorKind::attention,
+           "two-pass step: aggregator.top_tiles ranks tiles by attention; the {} aggregator has none",
+           net::aggregator_kind_name(model.aggregator->kind()));
+  BT_CHECK(options.top_tiles >= 0, "two-pass step: top_tiles must not be negative, got {}", options.top_tiles);
+  BT_CHECK(model.encoder->feature_dim() == model.aggregator->features() &&
+               model.aggregator->features() == model.head->in_features(),
+           "two-pass step: the encoder emits {} features, the aggregator takes {}, the head {}",
+           model.encoder->feature_dim(), model.aggregator->features(), model.head->in_features());
+}
+
+net::ForwardContext TwoPassStep::encoder_context(bool keep_activations, bool update_running_stats) const {
+  net::ForwardContext ctx;
+  ctx.backend = options_.backend;
+  ctx.training = true;
+  ctx.keep_activations = keep_activations;
+  ctx.freeze_bn = options_.freeze_bn;
+  ctx.update_bn_running_stats = update_running_stats && !options_.freeze_bn;
+  ctx.compute_dtype = options_.encoder_compute_dtype;
+  return ctx;
+}
+
+void TwoPassStep::begin_image(std::int64_t tiles, int label, std::uint64_t dropout_seed) {
+  BT_CHECK(tiles > 0, "two-pass step: an image needs at least one tile");
+  // A fresh H per image, the old one released first so two never coexist: the
+  // caching allocator hands the same block back when the tile count repeats.
+  end_image();
+  h_ = Tensor::zeros({tiles, model_.encoder->feature_dim()}, DType::f32, backend_device(options_.backend));
+  label_ = label;
+  dropout_seed_ = dropout_seed;
+  rows_filled_ = 0;
+}
+
+void TwoPassStep::end_image() {
+  h_ = Tensor();
+  dh_ = Tensor();
+  scores_ = Tensor();
+  selected_.clear();
+  is_selected_.clear();
+  rows_filled_ = 0;
+}
+
+Tensor TwoPassStep::select_rows() {
+  selected_.clear();
+  is_selected_.clear();
+  const std::int64_t n = h_.dim(0);
+  if (options_.top_tiles == 0 || n <= options_.top_tiles) return h_;
+  // Scoring: attention over all N, no dropout, nothing kept for backward.
+  net::ForwardContext score_ctx = net::ForwardContext::inference(options_.backend);
+  model_.aggregator->forward(h_, score_ctx);
+  scores_ = model_.aggregator->attention().to(Device::cpu());
+  const std::vector<float> a = scores_.to_vector();
+  std::vector<std::int64_t> order(static_cast<std::size_t>(n));
+  for (std::int64_t k = 0; k < n; ++k) order[static_cast<std::size_t>(k)] = k;
+  // Ties (identical tiles) go to the lower index, so the choice is deterministic.
+  std::partial_sort(order.begin(), order.begin() + options_.top_tiles, order.end(), [&](std::int64_t x, std::int64_t y) {
+    const float ax = a[static_cast<std::size_t>(x)], ay = a[static_cast<std::size_t>(y)];
+    return ax > ay || (ax == ay && x < y);
+  });
+  selected_.assign(order.begin(), order.begin() + options_.top_tiles);
+  std::sort(selected_.begin(), selected_.end());
+  is_selected_.assign(static_cast<std::size_t>(n), false);
+  for (std::int64_t k : selected_) is_selected_[static_cast<std::size_t>(k)] = true;
+  Tensor chosen = Tensor::empty({options_.top_tiles, h_.dim(1)}, DType::f32, h_.device());
+  for (std::size_t r = 0; r < selected_.size(); ++r)
+    chosen.slice_rows(static_cast<std::int64_t>(r), static_cast<std::int64_t>(r) + 1)
+        .copy_from(h_.slice_rows(selected_[r], selected_[r] + 1));
+  return chosen;
+}
+
+void TwoPassStep::store_rows(const Tensor& features, std::int64_t first_tile) {
+  const std::int64_t rows = features.dim(0);
+  BT_CHECK(first_tile >= 0 && first_tile + rows <= h_.dim(0), "two-pass step: rows [{}, {}) outside the image's {} tiles",
+           first_tile, first_tile + rows, h_.dim(0));
+  Tensor target = h_.slice_rows(first_tile, first_tile + rows);
+  target.copy_from(features);
+  rows_filled_ += rows;
+}
+
+void TwoPassStep::pass1_batch(const Tensor& x, std::int64_t first_tile) {
+  store_rows(model_.encoder->forward(x, encoder_context(false, true)), first_tile);
+}
+
+ImageOutcome TwoPassStep::head_forward(bool training, float loss_scale) {
+  BT_CHECK(h_.defined() && rows_filled_ == h_.dim(0), "two-pass step: {} of {} tile features computed before the head",
+           rows_filled_, h_.defined() ? h_.dim(0) : 0);
+  net::ForwardContext ctx;
+  ctx.backend = options_.backend;
+  ctx.training = training;
+  ctx.keep_activations = training;
+  ctx.dropout_seed = dropout_seed_;
+  Tensor z = model_.aggregator->forward(select_rows(), ctx);
+  Tensor logits = model_.head->forward(z, ctx);
+  const Device device = backend_device(options_.backend);
+  Tensor targets = Tensor::empty({1}, DType::i32);
+  targets.data<std::int32_t>()[0] = label_;
+  targets = targets.to(device);
+  Tensor dlogits = Tensor::empty(logits.shape(), DType::f32, device);
+  Tensor probabilities = Tensor::empty(logits.shape(), DType::f32, device);
+  kernels::CrossEntropyOptions ce;
+  ce.label_smoothing = options_.label_smoothing;
+  ImageOutcome outcome;
+  outcome.loss = kernels::cross_entropy(options_.backend, logits, targets, nullptr, ce, dlogits, &probabilities);
+  outcome.probabilities = probabilities.to_vector();
+  outcome.tiles = h_.dim(0);
+  if (training) {
+    kernels::scale(options_.backend, loss_scale, dlogits);
+    Tensor dz = model_.head->backward(dlogits);
+    Tensor dh = model_.aggregator->backward(dz);
+    if (selected_.empty()) {
+      dh_ = dh;
+    } else {
+      // The unselected rows get no gradient; pass 2 skips them.
+      dh_ = Tensor::zeros(h_.shape(), DType::f32, h_.device());
+      for (std::size_t r = 0; r < selected_.size(); ++r)
+        dh_.slice_rows(selected_[r], selected_[r] + 1)
+            .copy_from(dh.slice_rows(static_cast<std::int64_t>(r), static_cast<std::int64_t>(r) + 1));
+    }
+  }
+  return outcome;
+}
+
+ImageOutcome TwoPassStep::finish_image(float loss_scale) { return head_forward(true, loss_scale); }
+
+void TwoPassStep::pass2_batch(const Tensor& x, std::int64_t first_tile) {
+  BT_CHECK(dh_.defined(), "two-pass step: pass 2 before finish_image");
+  const std::int64_t rows = x.dim(0);
+  BT_CHECK(first_tile >= 0 && first_tile + rows <= dh_.dim(0), "two-pass step: rows [{}, {}) outside the image's {} tiles",
+           first_tile, first_tile + rows, dh_.dim(0));
+  if (!selected_.empty()) return pass2_selected(x, first_tile);
+  Tensor features = model_.encoder->forward(x, encoder_context(true, false));
+  BT_CHECK(features.dim(0) == rows, "two-pass step: encoder returned {} rows for {} tiles", features.dim(0), rows);
+  model_.encoder->backward(dh_.slice_rows(first_tile, first_tile + rows));
+}
+
+void TwoPassStep::pass2_selected(const Tensor& x, std::int64_t first_tile) {
+  std::vector<std::int64_t> rows;
+  for (std::int64_t k = 0; k < x.dim(0); ++k)
+    if (is_selected_[static_cast<std::size_t>(first_tile + k)]) rows.push_back(k);
+  if (rows.empty()) return;  // no selected tile: no gradient to carry
+  Shape shape = x.shape();
+  shape[0] = static_cast<std::int64_t>(rows.size());
+  Tensor xs = Tensor::empty(shape, DType::f32, x.device());
+  Tensor dhs = Tensor::empty({shape[0], dh_.dim(1)}, DType::f32, dh_.device());
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    const auto to = static_cast<std::int64_t>(r);
+    xs.slice_rows(to, to + 1).copy_from(x.slice_rows(rows[r], rows[r] + 1));
+    dhs.slice_rows(to, to + 1).copy_from(dh_.slice_rows(first_tile + rows[r], first_tile + rows[r] + 1));
+  }
+  model_.encoder->forward(xs, encoder_context(true, false));
+  model_.encoder->backward(dhs);
+}
+
+void TwoPassStep::eval_batch(const Tensor& x, std::int64_t first_tile) {
+  net::ForwardContext ctx = net::ForwardContext::inference(options_.backend);
+  ctx.compute_dtype = options_.encoder_compute_dtype;  // validation sees what training computes
+  store_rows(model_.encoder->forward(x, ctx), first_tile);
+}
+
+ImageOutcome TwoPassStep::finish_eval() { return head_forward(false, 1.0f); }
+
+}  // namespace bigtrain

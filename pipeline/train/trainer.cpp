@@ -1,0 +1,770 @@
+#include "pipeline/train/trainer.hpp"
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <csignal>
+
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "kernels/backend.hpp"
+#include "kernels/core/allocator.hpp"
+#include "kernels/core/error.hpp"
+#include "kernels/device_select.hpp"
+#include "kernels/elementwise.hpp"
+#include "kernels/upload.hpp"
+#include "net/grad_clip.hpp"
+#include "net/model.hpp"
+#include "net/optimizer.hpp"
+#include "pipeline/common/atomic_file.hpp"
+#include "pipeline/common/random.hpp"
+#include "pipeline/data/tile_stream.hpp"
+#include "pipeline/distributed/distributed.hpp"
+#include "pipeline/distributed/distributed_training.hpp"
+#include "pipeline/engine/bn_calibration.hpp"
+#include "pipeline/engine/checkpoint.hpp"
+#include "pipeline/engine/gradient_check.hpp"
+#include "pipeline/engine/loss_scaler.hpp"
+#include "pipeline/engine/two_pass.hpp"
+#include "pipeline/report/report.hpp"
+#include "pipeline/train/interrupt.hpp"
+#include "pipeline/train/report_heatmaps.hpp"
+#include "pipeline/train/training_diagnostics.hpp"
+
+namespace bigtrain {
+namespace fs = std::filesystem;
+namespace {
+
+// Purposes mixed into the run seed, so each kind of draw has its own stream.
+enum Stream : std::uint64_t { kOrder = 1, kSubsample = 2, kAugment = 3, kDropout = 4, kInit = 5, kBnCalibration = 6 };
+
+std::int64_t peak_rss_bytes() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<std::int64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
+std::string format_optional(const std::optional<double>& value) {
+  return value ? fmt::format("{:.6f}", *value) : std::string();
+}
+
+double metric_value(const ClassificationMetrics& m, const std::string& name) {
+  if (name == "val_accuracy") return m.accuracy;
+  if (name == "val_balanced_accuracy") return m.balanced_accuracy;
+  if (name == "val_loss") return m.loss;
+  if (name == "val_auc") return m.auc.value_or(0.5);
+  throw Error(fmt::format("unknown best_metric '{}'", name));
+}
+
+// Thrown at an optimizer-step boundary (or between evaluated images) when a stop was
+// asked for; not an Error, so the tile stream passes it through unchanged.
+struct StopAtStepBoundary {};
+
+std::string signal_text(int signal) {
+  if (signal == SIGINT) return "SIGINT";
+  if (signal == SIGTERM) return "SIGTERM";
+  return fmt::format("signal {}", signal);
+}
+
+std::string duration_text(double seconds) {
+  const auto s = static_cast<long>(std::max(0.0, seconds));
+  return fmt::format("{:02d}:{:02d}", s / 60, s % 60);
+}
+
+}  // namespace
+
+struct Trainer::State {
+  Config config;
+  bool resume = false;
+  fs::path run_dir;
+  Dataset dataset;
+  std::unique_ptr<net::Model> model;
+  std::unique_ptr<net::Aggregator> aggregator;
+  std::unique_ptr<net::Optimizer> optimizer;
+  std::unique_ptr<TwoPassStep> step;
+  std::unique_ptr<TrainingDiagnostics> diagnostics;  // train.diagnostics, rank 0 only
+  ImageModel image_model;
+  Backend backend = Backend::cpu;
+  LossScaler loss_scaler;  // enabled for train.precision fp16
+  std::int64_t epochs_done = 0;
+  std::optional<double> best_value;
+  std::int64_t best_epoch = 0;
+  std::int64_t epochs_without_improvement = 0;
+  std::string metrics_csv;  // whole file, rewritten each epoch
+  bool tty = false;
+
+  // Epoch epochs_done + 1 when it stopped (or resumed) between two optimizer steps:
+  // the training results its metrics row needs beyond the weights and optimizer.
+  struct PartialEpoch {
+    bool active = false;
+    std::int64_t steps = 0;  // of this epoch, taken
+    std::vector<int> labels;
+    std::vector<std::vector<float>> probabilities;
+    std::vector<double> losses;
+    std::int64_t tiles = 0;
+    double seconds = 0.0, wait_seconds = 0.0;
+    double learning_rate = 0.0;  // at the epoch's start
+
+    nlohmann::json to_json() const;
+    static PartialEpoch from_json(const std::string& text, const std::string& source);
+  } partial;
+  bool checkpoint_current = false;  // the checkpoint on disk is this state
+  std::int64_t stop_after_steps = -1;
+
+  bool stop_requested() const {
+    return stop_signal() != 0 || (stop_after_steps >= 0 && optimizer->steps_taken() >= stop_after_steps);
+  }
+  std::string position_text() const;
+  void check_gradients(const Sample& sample, std::int64_t epoch) const;
+
+  std::uint64_t seed(std::uint64_t purpose, std::uint64_t epoch = 0, std::uint64_t image = 0) const {
+    return mix_seed(config.train.seed, purpose, epoch, image);
+  }
+  std::int64_t steps_per_epoch() const {
+    const auto n = static_cast<std::int64_t>(dataset.train.size());
+    return (n + config.train.images_per_step - 1) / config.train.images_per_step;
+  }
+  std::vector<net::StateRefs> state_refs() const { return {model->state(), aggregator->state()}; }
+  net::Metadata checkpoint_metadata() const;
+  void write_checkpoints(bool best);
+  EpochSummary train_epoch(std::int64_t epoch);
+  EpochSummary evaluate(const std::vector<Sample>& split, const std::string& name, std::int64_t epoch);
+  void append_metrics(const EpochSummary& row);
+};
+
+nlohmann::json Trainer::State::PartialEpoch::to_json() const {
+  // nlohmann writes doubles with enough digits to read back the same bits (and a
+  // float widened to double is exact), so a resumed epoch's metrics are unchanged.
+  return {{"steps", steps},   {"labels", labels},     {"probabilities", probabilities}, {"losses", losses},
+          {"tiles", tiles},   {"seconds", seconds},   {"wait_seconds", wait_seconds},   {"learning_rate", learning_rate}};
+}
+
+Trainer::State::PartialEpoch Trainer::State::PartialEpoch::from_json(const std::string& text, const std::string& source) {
+  try {
+    const nlohmann::json json = nlohmann::json::parse(text);
+    PartialEpoch p;
+    p.active = true;
+    p.steps = json.at("steps").get<std::int64_t>();
+    p.labels = json.at("labels").get<std::vector<int>>();
+    p.probabilities = json.at("probabilities").get<std::vector<std::vector<float>>>();
+    p.losses = json.at("losses").get<std::vector<double>>();
+    p.tiles = json.at("tiles").get<std::int64_t>();
+    p.seconds = json.at("seconds").get<double>();
+    p.wait_seconds = json.at("wait_seconds").get<double>();
+    p.learning_rate = json.at("learning_rate").get<double>();
+    BT_CHECK(p.labels.size() == p.probabilities.size() && p.labels.size() == p.losses.size(),
+             "{}: the unfinished epoch lists {} labels, {} probabilities, {} losses", source, p.labels.size(),
+             p.probabilities.size(), p.losses.size());
+    return p;
+  } catch (const nlohmann::json::exception& error) {
+    throw Error(fmt::format("{}: the unfinished epoch's state is unreadable: {}", source, error.what()));
+  }
+}
+
+std::string Trainer::State::position_text() const {
+  if (partial.active)
+    return fmt::format("epoch {}, optimizer step {} of {} (step {} of the run)", epochs_done + 1, partial.steps,
+                       steps_per_epoch(), optimizer->steps_taken());
+  return fmt::format("end of epoch {} (optimizer step {} of the run)", epochs_done, optimizer->steps_taken());
+}
+
+// Called after each image's backward pass: the gradients accumulated so far were
+// finite before it, so the first non-finite one is this image's. With fp16 loss
+// scaling an overflow is expected now and then (the scale probes upwards): the
+// step is checked as a whole and skipped instead (take_ready_steps).
+void Trainer::State::check_gradients(const Sample& sample, std::int64_t epoch) const {
+  if (loss_scaler.enabled()) return;
+  const std::vector<std::string> offending = non_finite_gradients(backend, image_model.parameters());
+  if (offending.empty()) return;
+  const std::size_t shown = std::min<std::size_t>(offending.size(), 5);
+  throw Error(fmt::format("{} ({}): its backward pass made the gradients non-finite (NaN or Inf) at epoch {}, "
+                          "optimizer step {} of the run, in {}{}; the weights were not updated with them. Lower "
+                          "train.lr, set train.clip_grad_norm, or check the image and data.mean/std",
+                          sample.path, sample.origin, epoch, optimizer->steps_taken() + 1,
+                          fmt::join(offending.begin(), offending.begin() + static_cast<std::ptrdiff_t>(shown), ", "),
+                          offending.size() > shown ? fmt::format(" and {} more", offending.size() - shown) : ""));
+}
+
+net::Metadata Trainer::State::checkpoint_metadata() const {
+  net::Metadata metadata;
+  metadata["config"] = config_to_yaml(config);
+  metadata["model"] = net::to_yaml_string(model->spec());
+  metadata["aggregator"] = nlohmann::json{{"kind", config.aggregator.kind},
+                                          {"hidden", config.aggregator.hidden},
+                                          {"gated", config.aggregator.gated},
+                                          {"dropout", config.aggregator.dropout},
+                                          {"top_tiles", config.aggregator.top_tiles}}
+                               .dump();
+  metadata["classes"] = nlohmann::json(dataset.classes).dump();
+  metadata["normalization"] = nlohmann::json{{"mean", config.data.mean}, {"std", config.data.std}}.dump();
+  metadata["tiler"] = nlohmann::json{{"mode", config.tiler.mode},        {"tile", config.tiler.tile},
+                                     {"overlap", config.tiler.overlap},  {"border", config.tiler.border},
+                                     {"level", config.tiler.level},      {"downsample", config.tiler.downsample},
+                                     {"resize_size", config.tiler.resize_size}}
+                          .dump();
+  metadata["epoch"] = std::to_string(epochs_done);
+  metadata["bigtrain.checkpoint"] = position_text();
+  return metadata;
+}
+
+void Trainer::State::write_checkpoints(bool best) {
+  // Rank 0 writes for all (the ranks' weights are identical); the barrier keeps the
+  // others from loading best.safetensors (before the test split) before it exists.
+  if (!world().is_root()) return world().barrier();
+  const fs::path dir = run_dir / "checkpoints";
+  fs::create_directories(dir);
+  net::Metadata metadata = checkpoint_metadata();
+  net::Metadata training;
+  training["epochs_done"] = std::to_string(epochs_done);
+  training["best_value"] = best_value ? fmt::format("{:.17g}", *best_value) : "";
+  training["best_epoch"] = std::to_string(best_epoch);
+  training["epochs_without_improvement"] = std::to_string(epochs_without_improvement);
+  training["seed"] = std::to_string(config.train.seed);
+  training["bigtrain.checkpoint"] = metadata.at("bigtrain.checkpoint");
+  if (partial.active) training["unfinished_epoch"] = partial.to_json().dump();
+  if (loss_scaler.enabled()) training["loss_scaler"] = loss_scaler.to_json();
+  // The order is what makes a kill at any moment safe. best first: a kill after it
+  // re-runs this epoch from the previous state, which makes the same best again.
+  // Then the training state, the commit point: it alone is what resume reads (it
+  // carries the weights). last.safetensors, for people and `bigtrain infer`, last;
+  // resume rewrites it when a kill came between the two.
+  if (best) save_model_checkpoint((dir / "best.safetensors").string(), *model, *aggregator, metadata);
+  save_training_state((dir / "last.training.safetensors").string(), *model, *aggregator, *optimizer, training);
+  save_model_checkpoint((dir / "last.safetensors").string(), *model, *aggregator, metadata);
+  checkpoint_current = true;
+  world().barrier();
+}
+
+void Trainer::State::append_metrics(const EpochSummary& row) {
+  if (!world().is_root()) return;  // rows hold every rank's images (gathered)
+  const auto& m = row.metrics;
+  if (metrics_csv.empty()) {
+    metrics_csv = "epoch,split,loss,accuracy,balanced_accuracy,auc,images,tiles,seconds,images_per_s,tiles_per_s,"
+                  "wait_fraction,peak_allocated_bytes,peak_rss_bytes,lr";
+    for (const auto& name : dataset.classes) metrics_csv += ",recall_" + name;
+    metrics_csv += "\n";
+  }
+  const double seconds = std::max(row.seconds, 1e-9);
+  metrics_csv += fmt::format("{},{},{:.6f},{:.6f},{:.6f},{},{},{},{:.3f},{:.3f},{:.3f},{:.4f},{},{},{:.8g}", row.epoch,
+                             row.split, m.loss, m.accuracy, m.balanced_accuracy, format_optional(m.auc), m.images,
+                             row.tiles, row.seconds, static_cast<double>(m.images) / seconds,
+                             static_cast<double>(row.tiles) / seconds, row.wait_seconds / seconds,
+                             row.peak_allocated_bytes, row.peak_rss_bytes, row.learning_rate);
+  for (double recall : m.recall) metrics_csv += std::isnan(recall) ? std::string(",") : fmt::format(",{:.6f}", recall);
+  metrics_csv += "\n";
+  write_file_atomically((run_dir / "metrics.csv").string(), metrics_csv);
+  update_run_outputs(run_dir.string(), dataset);  // report.html + TensorBoard scalars (issue 10)
+}
+
+EpochSummary Trainer::State::train_epoch(std::int64_t epoch) {
+  const auto& train = dataset.train;
+  const auto e = static_cast<std::uint64_t>(epoch);
+  std::vector<std::size_t> order(train.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  SplitMix64 order_rng(seed(kOrder, e));
+  seeded_shuffle(order, order_rng);
+  // This rank's share of every optimizer step (everything, in a single process).
+  const EpochShard shard = shard_epoch(order, config.train.images_per_step, world());
+  // An epoch resumed between optimizer steps skips the images of the steps it took.
+  std::size_t first_step = 0, images_skipped = 0;
+  if (partial.active) {
+    BT_CHECK(!world().distributed(), "{}: the checkpoint stopped inside epoch {}; resume it without mpirun",
+             run_dir.string(), epoch);
+    first_step = static_cast<std::size_t>(partial.steps);
+    BT_CHECK(first_step <= shard.images_per_step.size(), "checkpoint: {} optimizer steps taken of an epoch of {}",
+             first_step, shard.images_per_step.size());
+    for (std::size_t k = 0; k < first_step; ++k) images_skipped += static_cast<std::size_t>(shard.images_per_step[k]);
+  }
+  std::vector<StreamJob> schedule;
+  for (std::size_t i = images_skipped; i < shard.images.size(); ++i) {
+    schedule.push_back({shard.images[i], 1});
+    schedule.push_back({shard.images[i], 2});
+  }
+  const int channels = static_cast<int>(model->spec().encoder.in_channels);
+  TileStream stream({config.train.tile_batch, config.device.tiles_in_flight, static_cast<int>(config.device.threads)},
+                    Preprocessing::from_config(config, channels, true));
+
+  std::vector<int> labels;
+  std::vector<std::vector<float>> probabilities;
+  std::vector<double> losses;
+  std::int64_t images_in_step = 0, images_done = 0, tiles = 0;
+  const float mean_over_step = 1.0f / static_cast<float>(config.train.images_per_step);
+  const std::vector<net::Parameter*> params = image_model.parameters();
+  double lr = optimizer->learning_rate(0);
+  double seconds_before = 0.0, wait_seconds_before = 0.0;
+  if (partial.active) {
+    labels = partial.labels;
+    probabilities = partial.probabilities;
+    losses = partial.losses;
+    tiles = partial.tiles;
+    lr = partial.learning_rate;
+    seconds_before = partial.seconds;
+    wait_seconds_before = partial.wait_seconds;
+    images_done = static_cast<std::int64_t>(images_skipped);
+  }
+  const auto started = std::chrono::steady_clock::now();
+  allocator_for(Device::cpu()).reset_peak();
+  optimizer->zero_grad();
+  auto report_progress = [&](bool final) {
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    const double rate = static_cast<double>(images_done) / std::max(elapsed, 1e-9);
+    const double loss = losses.empty() ? 0.0 : std::accumulate(losses.begin(), losses.end(), 0.0) / losses.size();
+    const auto total = static_cast<std::int64_t>(train.size());
+    if (tty) {
+      const int width = 24, filled = static_cast<int>(width * images_done / std::max<std::int64_t>(total, 1));
+      std::fprintf(stderr, "\repoch %lld/%lld [%s%s] %lld/%lld  %.2f img/s  %.1f tiles/s  loss %.4f  ETA %s%s",
+                   static_cast<long long>(epoch), static_cast<long long>(config.train.epochs),
+                   std::string(static_cast<std::size_t>(filled), '#').c_str(),
+                   std::string(static_cast<std::size_t>(width - filled), ' ').c_str(),
+                   static_cast<long long>(images_done), static_cast<long long>(total), rate,
+                   static_cast<double>(tiles) / std::max(elapsed, 1e-9), loss,
+                   duration_text(static_cast<double>(total - images_done) / std::max(rate, 1e-9)).c_str(),
+                   final ? "\n" : "");
+      std::fflush(stderr);
+    } else if (!final && images_done % config.output.log_every == 0) {
+      spdlog::info("epoch {} {}/{} images, {:.2f} img/s, {:.1f} tiles/s, loss {:.4f}", epoch, images_done, total, rate,
+                   static_cast<double>(tiles) / std::max(elapsed, 1e-9), loss);
+    }
+  };
+
+  // Steps once this rank has its share of the current optimizer step: the ranks'
+  // gradients are summed (one allreduce) before clipping, so every rank clips and
+  // steps on the global gradient. A share may be 0 images; that step still runs.
+  GradientAllreduce gradients(params);
+  const double allreduce_seconds_before = world().stats().allreduce_seconds;
+  std::size_t step_index = first_step;
+  auto take_ready_steps = [&] {
+    while (step_index < shard.images_per_step.size() && images_in_step == shard.images_per_step[step_index]) {
+      gradients.sum(world());
+      // fp16: the summed gradients are the same on every rank, so all skip alike.
+      const float scale_used = loss_scaler.scale();
+      const bool overflow = loss_scaler.enabled() && !non_finite_gradients(backend, params).empty();
+      if (!loss_scaler.update(overflow)) {
+        spdlog::warn("fp16 loss scaling: non-finite gradients at epoch {}, optimizer step {} of {} (step {} of the "
+                     "run): step skipped, loss scale {} -> {}",
+                     epoch, step_index + 1, shard.images_per_step.size(), optimizer->steps_taken() + 1, scale_used,
+                     loss_scaler.scale());
+      } else {
+        // Unscaled before clipping, so train.clip_grad_norm means the true norm.
+        if (scale_used != 1.0f)
+          for (net::Parameter* p : params)
+            if (p->grad.defined()) kernels::scale(backend, 1.0f / scale_used, p->grad);
+        if (diagnostics) diagnostics->step(epoch, optimizer->steps_taken() + 1);
+        if (config.train.clip_grad_norm > 0) {
+          net::GradClipOptions clip;
+          clip.max_norm = config.train.clip_grad_norm;
+          clip.error_if_nonfinite = true;
+          net::clip_grad_norm(backend, params, clip);
+        }
+        optimizer->step();
+      }
+      optimizer->zero_grad();
+      checkpoint_current = false;
+      images_in_step = 0;
+      ++step_index;
+      // Ctrl-C / SIGTERM: the step is whole, nothing of the next image is computed.
+      if (stop_requested()) throw StopAtStepBoundary{};
+    }
+  };
+  // What a checkpoint written now needs to finish this epoch later.
+  auto keep_partial = [&](double wait_seconds) {
+    partial.active = true;
+    partial.steps = static_cast<std::int64_t>(step_index);
+    partial.labels = labels;
+    partial.probabilities = probabilities;
+    partial.losses = losses;
+    partial.tiles = tiles;
+    partial.seconds = seconds_before + std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    partial.wait_seconds = wait_seconds_before + wait_seconds;
+    partial.learning_rate = lr;
+  };
+  StreamStats stats;
+  try {
+  take_ready_steps();  // steps in which this rank has no image (more ranks than images_per_step)
+  if (!schedule.empty()) stats = stream.run(
+      schedule,
+      [&](std::size_t image) {
+        return plan_image(train[image].path, config.tiler, true, seed(kSubsample, e, image), seed(kAugment, e, image),
+                          config.data.max_value);
+      },
+      [&](const TileBatch& batch) {
+        const Sample& sample = train[batch.image];
+        if (batch.pass == 1) {
+          if (batch.first_tile == 0)
+            step->begin_image(static_cast<std::int64_t>(batch.plan->tiles.size()), sample.label,
+                              seed(kDropout, e, batch.image));
+          step->pass1_batch(kernels::upload_async(backend, batch.pixels).get(), batch.first_tile);
+          if (batch.last_of_job) {
+            const ImageOutcome outcome = step->finish_image(mean_over_step * loss_scaler.scale());
+            if (!std::isfinite(outcome.loss))
+              throw Error(fmt::format("{} ({}): the loss is {} at epoch {}, optimizer step {} of the run; the "
+                                      "weights were not updated with it. Lower train.lr, set train.clip_grad_norm, "
+                                      "or check the image and data.mean/std",
+                                      sample.path, sample.origin, outcome.loss, epoch, optimizer->steps_taken() + 1));
+            labels.push_back(sample.label);
+            probabilities.push_back(outcome.probabilities);
+            losses.push_back(outcome.loss);
+            if (diagnostics)
+              diagnostics->image(epoch, optimizer->steps_taken() + 1, *batch.plan, sample.label, outcome.loss,
+                                 step->attention(), step->selected_tiles());
+          }
+          return;
+        }
+        step->pass2_batch(kernels::upload_async(backend, batch.pixels).get(), batch.first_tile);
+        tiles += batch.pixels.dim(0);
+        if (!batch.last_of_job) return;
+        step->end_image();
+        check_gradients(sample, epoch);
+        ++images_done;
+        ++images_in_step;
+        report_progress(false);
+        take_ready_steps();
+      });
+  take_ready_steps();  // steps in which this rank had no image (the last, short one)
+  } catch (const StopAtStepBoundary&) {
+    if (tty) std::fputc('\n', stderr);
+    keep_partial(0.0);
+    throw;
+  }
+  BT_CHECK(step_index == shard.images_per_step.size(), "epoch {}: {} of {} optimizer steps taken", epoch, step_index,
+           shard.images_per_step.size());
+  // Kept until the epoch's checkpoint: a stop during validation saves them.
+  keep_partial(stats.wait_seconds);
+  gather_image_results(world(), shard.positions, train.size(), dataset.classes.size(), labels, probabilities, losses);
+  tiles = sum_over_ranks(world(), tiles);
+  average_buffers(world(), state_refs());
+  if (world().distributed() && step_index > 0)
+    spdlog::info("epoch {}: allreduce {:.1f} ms per optimizer step ({:.2f} MB of gradients each; {})", epoch,
+                 1e3 * (world().stats().allreduce_seconds - allreduce_seconds_before) / static_cast<double>(step_index),
+                 static_cast<double>(gradients.bytes()) / 1e6, world().description());
+  report_progress(true);
+  if (diagnostics) diagnostics->end_epoch(epoch);
+  EpochSummary row;
+  row.epoch = epoch;
+  row.split = "train";
+  row.metrics = compute_metrics(labels, probabilities, losses, dataset.classes.size());
+  row.seconds = partial.seconds;
+  row.tiles = tiles;
+  row.wait_seconds = partial.wait_seconds;
+  row.peak_allocated_bytes = allocator_for(Device::cpu()).stats().peak_bytes;
+  row.peak_rss_bytes = peak_rss_bytes();
+  row.learning_rate = lr;
+  return row;
+}
+
+EpochSummary Trainer::State::evaluate(const std::vector<Sample>& split, const std::string& name, std::int64_t epoch) {
+  std::vector<StreamJob> schedule;
+  const std::vector<std::size_t> mine = shard_indices(split.size(), world());
+  for (std::size_t i : mine) schedule.push_back({i, 0});
+  const int channels = static_cast<int>(model->spec().encoder.in_channels);
+  TileStream stream({config.train.tile_batch, config.device.tiles_in_flight, static_cast<int>(config.device.threads)},
+                    Preprocessing::from_config(config, channels, false));
+  std::vector<int> labels;
+  std::vector<std::vector<float>> probabilities;
+  std::vector<double> losses;
+  std::int64_t tiles = 0;
+  allocator_for(Device::cpu()).reset_peak();
+  const StreamStats stats = stream.run(
+      schedule, [&](std::size_t image) { return plan_image(split[image].path, config.tiler, false, 0, 0, config.data.max_value); },
+      [&](const TileBatch& batch) {
+        const Sample& sample = split[batch.image];
+        if (batch.first_tile == 0)
+          step->begin_image(static_cast<std::int64_t>(batch.plan->tiles.size()), sample.label, 0);
+        step->eval_batch(kernels::upload_async(backend, batch.pixels).get(), batch.first_tile);
+        tiles += batch.pixels.dim(0);
+        if (!batch.last_of_job) return;
+        const ImageOutcome outcome = step->finish_eval();
+        labels.push_back(sample.label);
+        probabilities.push_back(outcome.probabilities);
+        losses.push_back(outcome.loss);
+        step->end_image();
+        // Evaluation changes no state: a stop drops it, and resume evaluates again.
+        if (!world().distributed() && stop_requested()) throw StopAtStepBoundary{};
+      });
+  gather_image_results(world(), mine, split.size(), dataset.classes.size(), labels, probabilities, losses);
+  tiles = sum_over_ranks(world(), tiles);
+  EpochSummary row;
+  row.epoch = epoch;
+  row.split = name;
+  row.metrics = compute_metrics(labels, probabilities, losses, dataset.classes.size());
+  row.seconds = stats.seconds;
+  row.tiles = tiles;
+  row.wait_seconds = stats.wait_seconds;
+  row.peak_allocated_bytes = allocator_for(Device::cpu()).stats().peak_bytes;
+  row.peak_rss_bytes = peak_rss_bytes();
+  row.learning_rate = optimizer->learning_rate(0);
+  if (world().is_root())
+    write_file_atomically((run_dir / fmt::format("confusion_{}.csv", name)).string(),
+                          confusion_csv(row.metrics, dataset.classes));
+  return row;
+}
+
+Trainer::Trainer(Config config, bool resume, std::optional<Backend> backend) : state_(std::make_unique<State>()) {
+  State& s = *state_;
+  s.config = std::move(config);
+  s.resume = resume;
+  s.run_dir = s.config.output.dir;
+  s.tty = ::isatty(STDERR_FILENO) != 0;
+  const Config& c = s.config;
+
+  // cuda without a usable GPU is an error saying why; auto takes the GPU when there is one.
+  s.backend = backend ? *backend : kernels::select_backend(c.device.type);
+  spdlog::info("device: {}", kernels::describe_backend_choice(s.backend));
+  const DType compute_dtype = c.train.precision == "bf16"   ? DType::bf16
+                              : c.train.precision == "fp16" ? DType::f16
+                                                            : DType::f32;
+  // Before building anything: the CPU's bf16 depends on its instruction set.
+  if (const std::string why = kernels::why_backend_cannot_run(s.backend, compute_dtype); !why.empty())
+    throw Error(fmt::format("{}: train.precision {} with device: {} ({}): {}", c.source, c.train.precision,
+                            c.device.type, kernels::describe_backend_choice(s.backend), why));
+  LossScalerOptions scaling;
+  scaling.enabled = compute_dtype == DType::f16;
+  scaling.init_scale = c.train.loss_scale.init;
+  scaling.growth_interval = c.train.loss_scale.growth_interval;
+  s.loss_scaler = LossScaler(scaling);
+  spdlog::info("precision: {}{}", c.train.precision,
+               compute_dtype == DType::f32 ? " (float32 throughout)"
+               : scaling.enabled
+                   ? fmt::format(" (encoder convolutions in float16, float32 master weights; dynamic loss scale from "
+                                 "{}, growth every {} finite steps)",
+                                 scaling.init_scale, scaling.growth_interval)
+                   : std::string(" (encoder convolutions in bfloat16, float32 master weights)"));
+
+  fs::create_directories(s.run_dir);
+  const fs::path last_weights = s.run_dir / "checkpoints" / "last.safetensors";
+  const fs::path last_training = s.run_dir / "checkpoints" / "last.training.safetensors";
+  if (resume) {
+    if (!fs::exists(last_training))
+      throw Error(fmt::format("--resume {}: no checkpoints/last.training.safetensors to resume from",
+                              s.run_dir.string()));
+  } else if (fs::exists(last_weights) || fs::exists(last_training)) {
+    throw Error(fmt::format("{} already holds a run; use --resume {} to continue it, or another output.dir",
+                            s.run_dir.string(), s.run_dir.string()));
+  }
+  s.dataset = load_dataset(c.data, c.train.seed, ImageCheck::header);
+  if (!s.dataset.skipped.empty()) {
+    // Also in report.html's data summary (report_data.cpp reads dataset.skipped).
+    spdlog::warn("data.on_bad_image: skip: {} image(s) left out of this run:", s.dataset.skipped.size());
+    for (const auto& skipped : s.dataset.skipped) spdlog::warn("skipped {}: {}", skipped.origin, skipped.reason);
+  }
+
+  YAML::Node model_node = c.model.IsDefined() ? YAML::Clone(c.model) : YAML::Node(YAML::NodeType::Map);
+  model_node["num_classes"] = static_cast<std::int64_t>(s.dataset.classes.size());
+  net::ModelSpec spec = net::model_spec_from_yaml(model_node, c.source);
+  s.model = std::make_unique<net::Model>(spec, s.seed(kInit));
+  if (!spec.pretrained.empty() && !resume) {
+    const net::LoadReport report = s.model->load_safetensors(spec.pretrained);
+    for (const auto& note : report.notes) spdlog::info("pretrained weights: {}", note);
+  }
+  net::AggregatorSpec aggregator;
+  aggregator.kind = net::parse_aggregator_kind(c.aggregator.kind);
+  aggregator.hidden = c.aggregator.hidden;
+  aggregator.gated = c.aggregator.gated;
+  aggregator.dropout = static_cast<float>(c.aggregator.dropout);
+  s.aggregator = net::make_aggregator(aggregator, s.model->encoder().feature_dim(), s.seed(kInit, 1));
+  // Before the optimizer is made, so its state lives where the parameters do.
+  s.model->to(backend_device(s.backend));
+  s.aggregator->to(backend_device(s.backend));
+  s.image_model = {&s.model->encoder(), s.aggregator.get(), &s.model->head()};
+  if (!resume && c.train.bn_calibration_images > 0) {
+    if (!c.train.freeze_bn)
+      spdlog::warn("train.bn_calibration_images without train.freeze_bn: training BatchNorm replaces the "
+                   "calibrated statistics with its own running averages");
+    const BnCalibration calibration = calibrate_batch_norm(s.model->encoder(), s.backend, c, s.dataset.train,
+                                                           c.train.bn_calibration_images, s.seed(kBnCalibration));
+    spdlog::info("BatchNorm running statistics estimated from {} tiles of {} training images ({} batches, {:.1f} s)",
+                 calibration.tiles, calibration.images, calibration.batches, calibration.seconds);
+  }
+
+  net::OptimizerConfig optimizer;
+  optimizer.kind = c.train.optimizer;
+  optimizer.lr = c.train.lr;
+  optimizer.weight_decay = c.train.weight_decay;
+  optimizer.momentum = c.train.momentum;
+  // BatchNorm and bias parameters take no weight decay (the usual ResNet recipe).
+  optimizer.decay_norm_and_bias = false;
+  s.optimizer = net::make_optimizer(optimizer, s.image_model.parameters(), s.backend);
+  net::LrScheduleConfig schedule;
+  schedule.kind = net::parse_lr_schedule_kind(c.train.schedule);
+  schedule.warmup_steps = c.train.warmup_steps;
+  const std::int64_t total_steps = s.steps_per_epoch() * c.train.epochs;
+  schedule.t_max = std::max<std::int64_t>(1, total_steps - c.train.warmup_steps);
+  schedule.step_size = std::max<std::int64_t>(1, s.steps_per_epoch() * c.train.step_every_epochs);
+  schedule.gamma = c.train.step_gamma;
+  s.optimizer->set_schedule(net::LrSchedule(schedule));
+  if (c.train.diagnostics && world().is_root()) {
+    std::vector<net::Parameter*> weights;  // convolution and linear weights: a norm per layer
+    for (net::Parameter* p : s.image_model.parameters())
+      if (p->value.rank() >= 2) weights.push_back(p);
+    s.diagnostics = std::make_unique<TrainingDiagnostics>(s.run_dir.string(), c.data.train, weights, s.backend);
+  }
+  s.step = std::make_unique<TwoPassStep>(
+      s.image_model, TwoPassOptions{.backend = s.backend,
+                                    .freeze_bn = c.train.freeze_bn,
+                                    .label_smoothing = static_cast<float>(c.train.label_smoothing),
+                                    .encoder_compute_dtype = compute_dtype,
+                                    .top_tiles = c.aggregator.top_tiles});
+
+  if (resume) {
+    const LoadedTrainingState loaded =
+        load_training_state(last_training.string(), *s.optimizer, *s.model, *s.aggregator);
+    const net::Metadata& training = loaded.metadata;
+    s.epochs_done = std::stoll(training.at("epochs_done"));
+    if (const auto found = training.find("unfinished_epoch"); found != training.end())
+      s.partial = State::PartialEpoch::from_json(found->second, last_training.string());
+    // The scale reached, not the initial one: restarting from init would skip steps
+    // the uninterrupted run took. A run switched to fp16 on resume starts at init.
+    if (const auto found = training.find("loss_scaler"); found != training.end() && s.loss_scaler.enabled())
+      s.loss_scaler.restore(found->second, last_training.string());
+    if (!loaded.loaded_weights) {
+      // A training state of an older bigtrain, without the weights: they come from
+      // last.safetensors, and the pair must be of one step.
+      const net::Metadata weights = load_model_checkpoint(last_weights.string(), *s.model, *s.aggregator);
+      if (weights.at("epoch") != training.at("epochs_done"))
+        throw Error(fmt::format("{}: the weights are of epoch {}, the optimizer state ({}) of epoch {}; they were not "
+                                "written together, so the run cannot resume exactly",
+                                last_weights.string(), weights.at("epoch"), last_training.string(),
+                                training.at("epochs_done")));
+    } else {
+      // A kill between the two writes of a checkpoint leaves last.safetensors one
+      // checkpoint behind (or missing); resume never reads it, but people do.
+      std::string weights_checkpoint = "nothing readable";
+      try {
+        weights_checkpoint = read_checkpoint_metadata(last_weights.string()).at("bigtrain.checkpoint");
+      } catch (const std::exception&) {
+      }
+      if (weights_checkpoint != training.at("bigtrain.checkpoint") && world().is_root()) {
+        spdlog::warn("{} holds {}, the training state {} (the run was stopped between writing the two); rewriting it "
+                     "from the training state",
+                     last_weights.string(), weights_checkpoint, training.at("bigtrain.checkpoint"));
+        save_model_checkpoint(last_weights.string(), *s.model, *s.aggregator, s.checkpoint_metadata());
+      }
+    }
+    s.checkpoint_current = true;
+    if (!training.at("best_value").empty()) s.best_value = std::stod(training.at("best_value"));
+    s.best_epoch = std::stoll(training.at("best_epoch"));
+    s.epochs_without_improvement = std::stoll(training.at("epochs_without_improvement"));
+    std::ifstream metrics(s.run_dir / "metrics.csv");
+    // Rows of epochs after the checkpoint are dropped: a run killed while writing
+    // its checkpoint had already written them, and those epochs run again.
+    for (std::string line; std::getline(metrics, line);) {
+      long long epoch = 0;
+      const auto parsed = std::from_chars(line.data(), line.data() + line.size(), epoch);
+      if (s.metrics_csv.empty() || parsed.ec != std::errc() || epoch <= s.epochs_done) s.metrics_csv += line + "\n";
+    }
+    if (s.partial.active)
+      spdlog::info("resuming {} in epoch {} after optimizer step {} of {}", s.run_dir.string(), s.epochs_done + 1,
+                   s.partial.steps, s.steps_per_epoch());
+    else
+      spdlog::info("resuming {} after epoch {}", s.run_dir.string(), s.epochs_done);
+  } else if (world().is_root()) {
+    save_config(c, (s.run_dir / "config.yaml").string());
+    write_file_atomically((s.run_dir / "classes.json").string(), nlohmann::json(s.dataset.classes).dump() + "\n");
+  }
+  // Identical starting weights on every rank, whatever each loaded or initialised.
+  broadcast_state(world(), s.state_refs());
+  if (world().distributed())
+    spdlog::info("data-parallel: {}; each optimizer step's {} images are split across the ranks",
+                 world().description(), c.train.images_per_step);
+  spdlog::info("{} classes, {} training / {} validation / {} test images; encoder {} ({} features), aggregator {}",
+               s.dataset.classes.size(), s.dataset.train.size(), s.dataset.val.size(), s.dataset.test.size(),
+               spec.encoder.preset, s.model->encoder().feature_dim(), c.aggregator.kind);
+}
+
+Trainer::~Trainer() = default;
+
+const Dataset& Trainer::dataset() const { return state_->dataset; }
+
+void Trainer::stop_after_optimizer_steps(std::int64_t steps) { state_->stop_after_steps = steps; }
+
+TrainOutcome Trainer::run() {
+  State& s = *state_;
+  const Config& c = s.config;
+  TrainOutcome outcome;
+  const bool higher_is_better = c.train.best_metric != "val_loss";
+  std::int64_t run_this_time = 0;
+  try {
+  while (s.epochs_done < c.train.epochs) {
+    if (epoch_limit_ >= 0 && run_this_time >= epoch_limit_) break;
+    // A stop that came while the last checkpoint was written: it is this state.
+    if (s.stop_requested()) throw StopAtStepBoundary{};
+    const std::int64_t epoch = s.epochs_done + 1;
+    EpochSummary train = s.train_epoch(epoch);
+    s.append_metrics(train);
+    outcome.rows.push_back(train);
+    bool improved = false;
+    std::string val_text;
+    if (!s.dataset.val.empty()) {
+      EpochSummary val = s.evaluate(s.dataset.val, "val", epoch);
+      s.append_metrics(val);
+      outcome.rows.push_back(val);
+      const double value = metric_value(val.metrics, c.train.best_metric);
+      improved = !s.best_value ||
+                 (higher_is_better ? value > *s.best_value + c.train.early_stopping.min_delta
+                                   : value < *s.best_value - c.train.early_stopping.min_delta);
+      val_text = fmt::format(", val loss {:.4f} acc {:.3f} bal.acc {:.3f}", val.metrics.loss, val.metrics.accuracy,
+                             val.metrics.balanced_accuracy);
+      if (improved) {
+        s.best_value = value;
+        s.best_epoch = epoch;
+        s.epochs_without_improvement = 0;
+      } else {
+        ++s.epochs_without_improvement;
+      }
+    }
+    s.epochs_done = epoch;
+    s.partial = {};
+    s.write_checkpoints(improved);
+    if (improved) refresh_report_heatmaps(c, s.dataset, epoch);  // report.html's heatmaps of the best checkpoint (issue 10)
+    ++run_this_time;
+    spdlog::info("epoch {}/{}: train loss {:.4f} acc {:.3f}{} ({:.1f} s, {:.2f} img/s, compute waited {:.1f}%)", epoch,
+                 c.train.epochs, train.metrics.loss, train.metrics.accuracy, val_text, train.seconds,
+                 static_cast<double>(train.metrics.images) / std::max(train.seconds, 1e-9),
+                 100.0 * train.wait_seconds / std::max(train.seconds, 1e-9));
+    if (c.train.early_stopping.patience > 0 && s.epochs_without_improvement >= c.train.early_stopping.patience) {
+      spdlog::info("early stopping: {} epochs without improvement of {}", s.epochs_without_improvement,
+                   c.train.best_metric);
+      outcome.stopped_early = true;
+      break;
+    }
+  }
+  write_weights_digest_if_asked(world(), s.state_refs());
+  const bool finished = s.epochs_done >= c.train.epochs || outcome.stopped_early;
+  if (finished && !s.dataset.test.empty() && s.stop_requested()) throw StopAtStepBoundary{};
+  if (finished && !s.dataset.test.empty()) {
+    const fs::path best = s.run_dir / "checkpoints" / "best.safetensors";
+    if (fs::exists(best)) load_model_checkpoint(best.string(), *s.model, *s.aggregator);
+    EpochSummary test = s.evaluate(s.dataset.test, "test", s.epochs_done);
+    s.append_metrics(test);
+    outcome.rows.push_back(test);
+    spdlog::info("test ({} checkpoint): loss {:.4f} accuracy {:.3f} balanced accuracy {:.3f}",
+                 fs::exists(best) ? "best" : "last", test.metrics.loss, test.metrics.accuracy,
+                 test.metrics.balanced_accuracy);
+  }
+  } catch (const StopAtStepBoundary&) {
+    if (!s.checkpoint_current) s.write_checkpoints(false);
+    outcome.interrupted = true;
+    outcome.stop_signal = stop_signal();
+    outcome.stopped_at = s.position_text();
+    spdlog::warn("{}: stopped at {}; checkpoint written to {}",
+                 outcome.stop_signal ? signal_text(outcome.stop_signal) : std::string("stop requested"),
+                 outcome.stopped_at, (s.run_dir / "checkpoints").string());
+  }
+  outcome.epochs_completed = s.epochs_done;
+  outcome.best_value = s.best_value;
+  outcome.best_epoch = s.best_epoch;
+  return outcome;
+}
+
+}  // namespace bigtrain
