@@ -81,22 +81,26 @@ int run_infer(const InferArgs& a, Communicator& comm) {
   const Backend backend = kernels::select_backend(a.device);
   if (backend != Backend::cpu)
     throw Error(fmt::format("--device {}: inference runs on the CPU for now (as training does)", a.device));
-  LoadedCheckpoint checkpoint = load_checkpoint_for_inference(a.checkpoint);
+  // The flags change the checkpoint's tiling before anything is built, checked as a
+  // config's tiler section is.
+  std::vector<TilerOverride> overrides;
+  auto flag = [&](const char* key, const char* name, const auto& value) {
+    overrides.push_back({key, fmt::format("{}", value), fmt::format("{} {}", name, value)});
+  };
+  if (a.tile > 0) flag("tile", "--tile", a.tile);
+  if (a.overlap >= 0) flag("overlap", "--overlap", a.overlap);
+  if (!a.border.empty()) flag("border", "--border", a.border);
+  if (a.level >= 0) flag("level", "--level", a.level);
+  if (a.downsample > 0) flag("downsample", "--downsample", a.downsample);
+  if (a.min_foreground >= 0) flag("min_foreground", "--min-foreground", a.min_foreground);
+  if (!a.foreground.empty()) flag("foreground", "--foreground", a.foreground);
+  LoadedCheckpoint checkpoint = load_checkpoint_for_inference(a.checkpoint, overrides);
   InferenceOptions options;
   options.backend = backend;
   options.tile_batch = a.tile_batch;
   options.threads = static_cast<int>(a.threads);
   options.tile_results = !a.heatmap.empty() || !a.tiles_csv.empty();
   InferenceEngine engine(checkpoint, options);
-  TilerConfig& t = engine.tiler();
-  if (a.tile > 0) t.tile = a.tile;
-  if (a.overlap >= 0) t.overlap = a.overlap;
-  if (!a.border.empty()) t.border = a.border;
-  if (a.level >= 0) t.level = a.level;
-  if (a.downsample > 0) t.downsample = a.downsample;
-  if (a.min_foreground >= 0) t.min_foreground = a.min_foreground;
-  if (!a.foreground.empty()) t.foreground = a.foreground;
-  BT_CHECK(t.overlap < t.tile, "--overlap {} must be smaller than the tile size {}", t.overlap, t.tile);
 
   const bool attention = checkpoint.aggregator->kind() == net::AggregatorKind::attention;
   int heatmap_class = -1;

@@ -155,6 +155,24 @@ OutputConfig read_output(ConfigSection s) {
   return o;
 }
 
+void emit_tiler(YAML::Emitter& out, const TilerConfig& t) {
+  out << YAML::BeginMap;
+  out << YAML::Key << "mode" << YAML::Value << t.mode;
+  out << YAML::Key << "tile" << YAML::Value << t.tile;
+  out << YAML::Key << "overlap" << YAML::Value << t.overlap;
+  out << YAML::Key << "border" << YAML::Value << t.border;
+  out << YAML::Key << "level" << YAML::Value << t.level;
+  out << YAML::Key << "downsample" << YAML::Value << t.downsample;
+  out << YAML::Key << "min_foreground" << YAML::Value << t.min_foreground;
+  out << YAML::Key << "foreground" << YAML::Value << t.foreground;
+  out << YAML::Key << "background" << YAML::Value << t.background;
+  out << YAML::Key << "threshold" << YAML::Value << t.threshold;
+  out << YAML::Key << "max_tiles_per_image" << YAML::Value << t.max_tiles_per_image;
+  out << YAML::Key << "resize_size" << YAML::Value << t.resize_size;
+  out << YAML::Key << "resize_cache_mb" << YAML::Value << t.resize_cache_mb;
+  out << YAML::EndMap;
+}
+
 Config parse_node(YAML::Node root, std::shared_ptr<ConfigOrigin> origin, const std::filesystem::path& base) {
   ConfigSection top(root, "", origin);
   if (root.IsDefined() && !root.IsNull() && !root.IsMap())
@@ -253,21 +271,8 @@ std::string config_to_yaml(const Config& c) {
   out << YAML::Key << "max_value" << YAML::Value << c.data.max_value;
   out << YAML::EndMap;
 
-  out << YAML::Key << "tiler" << YAML::Value << YAML::BeginMap;
-  out << YAML::Key << "mode" << YAML::Value << c.tiler.mode;
-  out << YAML::Key << "tile" << YAML::Value << c.tiler.tile;
-  out << YAML::Key << "overlap" << YAML::Value << c.tiler.overlap;
-  out << YAML::Key << "border" << YAML::Value << c.tiler.border;
-  out << YAML::Key << "level" << YAML::Value << c.tiler.level;
-  out << YAML::Key << "downsample" << YAML::Value << c.tiler.downsample;
-  out << YAML::Key << "min_foreground" << YAML::Value << c.tiler.min_foreground;
-  out << YAML::Key << "foreground" << YAML::Value << c.tiler.foreground;
-  out << YAML::Key << "background" << YAML::Value << c.tiler.background;
-  out << YAML::Key << "threshold" << YAML::Value << c.tiler.threshold;
-  out << YAML::Key << "max_tiles_per_image" << YAML::Value << c.tiler.max_tiles_per_image;
-  out << YAML::Key << "resize_size" << YAML::Value << c.tiler.resize_size;
-  out << YAML::Key << "resize_cache_mb" << YAML::Value << c.tiler.resize_cache_mb;
-  out << YAML::EndMap;
+  out << YAML::Key << "tiler" << YAML::Value;
+  emit_tiler(out, c.tiler);
 
   if (c.model.IsDefined() && !c.model.IsNull()) out << YAML::Key << "model" << YAML::Value << c.model;
 
@@ -330,6 +335,23 @@ std::string config_to_yaml(const Config& c) {
   out << YAML::EndMap;
   out << YAML::EndMap;
   return std::string(out.c_str()) + "\n";
+}
+
+TilerConfig override_tiler(const TilerConfig& base, const std::vector<TilerOverride>& overrides,
+                           const std::string& source) {
+  auto origin = std::make_shared<ConfigOrigin>();
+  origin->file = source;
+  YAML::Emitter out;
+  out << YAML::BeginMap << YAML::Key << "tiler" << YAML::Value;
+  emit_tiler(out, base);
+  out << YAML::EndMap;
+  YAML::Node root = YAML::Load(out.c_str());
+  for (const TilerOverride& o : overrides) {
+    apply_override(root, fmt::format("tiler.{}={}", o.key, o.value), *origin);
+    origin->overrides["tiler." + o.key] = o.flag;  // errors name the flag the user typed
+  }
+  ConfigSection top(root, "", origin);
+  return read_tiler(top.section("tiler"));
 }
 
 void save_config(const Config& config, const std::string& path) {

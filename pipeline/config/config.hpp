@@ -50,6 +50,7 @@ struct TilerConfig {
   // mode resize only: resized images kept in memory, up to this many MiB (0: read
   // and resize every image every epoch; see pipeline/data/resize_cache.hpp).
   std::int64_t resize_cache_mb = 1024;
+  friend bool operator==(const TilerConfig&, const TilerConfig&) = default;
 };
 
 struct AggregatorConfig {
@@ -153,6 +154,17 @@ std::vector<std::string> known_config_keys();
 // The resolved config as YAML (every default written out); parse_config of it gives
 // the same Config.
 std::string config_to_yaml(const Config& config);
+// One command-line override of a tiler key: `bigtrain infer --overlap 16` is
+// {"overlap", "16", "--overlap 16"}; `value` is read as YAML, as --set's values are.
+struct TilerOverride {
+  std::string key, value, flag;
+};
+// `base` with the overrides applied, checked by the rules a config file's tiler
+// section obeys (errors name `source` and the flag): the one validation of the
+// tiling `infer` and `eval` take from a checkpoint.
+TilerConfig override_tiler(const TilerConfig& base, const std::vector<TilerOverride>& overrides,
+                           const std::string& source);
+
 // Written to a temporary name, then renamed.
 void save_config(const Config& config, const std::string& path);
 

@@ -75,8 +75,9 @@ net::Metadata read_checkpoint_metadata(const std::string& path) {
   for (int i = 7; i >= 0; --i) length = (length << 8) | length_bytes[i];
   std::error_code error;
   const auto size = std::filesystem::file_size(path, error);
-  // Bounded by the file, so a corrupt length never becomes a huge allocation.
-  if (error || length > size - 8)
+  // Bounded by the file and by 100 MiB (headers of real checkpoints are kilobytes), so
+  // a corrupt length never becomes a huge allocation.
+  if (error || length > size - 8 || length > (std::uint64_t{100} << 20))
     throw Error(fmt::format("{}: not a safetensors file (header of {} bytes in a file of {})", path, length, size));
   std::string header(length, '\0');
   in.read(header.data(), static_cast<std::streamsize>(length));

@@ -2,17 +2,8 @@
 // Checkpoints of a run. <name>.safetensors holds the model's state_dict under
 // torchvision's names (conv1.weight, layer1.0.bn1.running_mean, fc.weight, ...) plus
 // the aggregator's tensors under `aggregator.*`, and metadata (all strings, as the
-// format requires):
-//   bigtrain.format   "1"
-//   config            the resolved run config (YAML)
-//   model             the resolved model spec (YAML)
-//   aggregator        {"kind", "hidden", "gated", "dropout"} (JSON)
-//   classes           ["3", "5", ...] (JSON), the output order of the head
-//   normalization     {"mean": [...], "std": [...]} (JSON), after scaling pixels to [0, 1]
-//   tiler             {"tile", "overlap", "border", "level", "downsample", "mode", "resize_size"} (JSON)
-//   epoch             the last completed epoch (1-based)
-//   bigtrain.checkpoint  which training state it is ("epoch 3, optimizer step 120"),
-//                     equal in the weights and the training state written together
+// format requires; written and read by checkpoint_metadata.hpp, and
+// bigtrain.format "1" added here).
 //
 // <name>.training.safetensors holds everything exact resumption needs on its own:
 // the optimizer's state tensors, a copy of the weights under `resume.weights/`, and

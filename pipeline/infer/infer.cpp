@@ -26,71 +26,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using Json = nlohmann::json;
 
-// The safetensors header alone: the model must be built from the metadata before
-// its weights can be loaded, and reading every tensor twice would double the load.
-net::Metadata read_metadata(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(fmt::format("{}: cannot open the checkpoint ({})", path, std::strerror(errno)));
-  unsigned char size_bytes[8] = {};
-  in.read(reinterpret_cast<char*>(size_bytes), 8);
-  if (in.gcount() != 8) throw Error(fmt::format("{}: not a safetensors checkpoint (shorter than 8 bytes)", path));
-  std::uint64_t header_size = 0;
-  for (int i = 7; i >= 0; --i) header_size = (header_size << 8) | size_bytes[i];
-  const auto file_size = static_cast<std::uint64_t>(fs::file_size(path));
-  if (header_size == 0 || header_size > file_size - 8 || header_size > (std::uint64_t{100} << 20))
-    throw Error(fmt::format("{}: not a safetensors checkpoint (header length {} in a file of {} bytes)", path,
-                            header_size, file_size));
-  std::string header(header_size, '\0');
-  in.read(header.data(), static_cast<std::streamsize>(header_size));
-  Json json = Json::parse(header, nullptr, false);
-  if (json.is_discarded() || !json.is_object())
-    throw Error(fmt::format("{}: not a safetensors checkpoint (the header is not a JSON object)", path));
-  net::Metadata metadata;
-  if (json.contains("__metadata__") && json["__metadata__"].is_object())
-    for (const auto& [key, value] : json["__metadata__"].items())
-      if (value.is_string()) metadata[key] = value.get<std::string>();
-  return metadata;
-}
-
-const std::string& required(const net::Metadata& metadata, const std::string& path, const std::string& key,
-                            const char* what) {
-  auto found = metadata.find(key);
-  if (found == metadata.end())
-    throw Error(fmt::format("{}: the checkpoint's metadata has no `{}` ({}); see docs/checkpoints.md", path, key,
-                            what));
-  return found->second;
-}
-
-Json parse_json(const std::string& path, const std::string& key, const std::string& text) {
-  Json json = Json::parse(text, nullptr, false);
-  if (json.is_discarded())
-    throw Error(fmt::format("{}: metadata `{}` is not valid JSON: {}", path, key, text.substr(0, 200)));
-  return json;
-}
-
-template <typename T>
-T json_field(const std::string& path, const std::string& key, const Json& object, const char* field, T fallback) {
-  if (!object.contains(field)) return fallback;
-  try {
-    return object.at(field).get<T>();
-  } catch (const Json::exception&) {
-    throw Error(fmt::format("{}: metadata `{}`.{} has the wrong type: {}", path, key, field, object.at(field).dump()));
-  }
-}
-
-std::vector<double> number_list(const std::string& path, const Json& normalization, const char* field) {
-  const Json& list = normalization.contains(field) ? normalization.at(field) : Json();
-  if (!list.is_array() || list.empty())
-    throw Error(fmt::format("{}: metadata `normalization` needs a non-empty list `{}`, got {}", path, field,
-                            list.dump()));
-  std::vector<double> values;
-  for (const Json& v : list) {
-    if (!v.is_number()) throw Error(fmt::format("{}: metadata `normalization`.{} holds {}", path, field, v.dump()));
-    values.push_back(v.get<double>());
-  }
-  return values;
-}
-
 bool is_image_file(const fs::path& path) {
   static const std::set<std::string> extensions = {".tif", ".tiff", ".svs", ".png", ".jpg", ".jpeg", ".bmp"};
   std::string ext = path.extension().string();
@@ -117,78 +52,17 @@ Preprocessing LoadedCheckpoint::preprocessing() const {
   return Preprocessing::from_config(config, static_cast<int>(model->spec().encoder.in_channels), false);
 }
 
-LoadedCheckpoint load_checkpoint_for_inference(const std::string& path) {
+LoadedCheckpoint load_checkpoint_for_inference(const std::string& path,
+                                               const std::vector<TilerOverride>& tiler_overrides) {
   if (!fs::is_regular_file(path)) throw Error(fmt::format("{}: no such checkpoint file", path));
-  const net::Metadata metadata = read_metadata(path);
   LoadedCheckpoint c;
+  static_cast<CheckpointMetadata&>(c) = parse_checkpoint_metadata(read_checkpoint_metadata(path), path);
   c.path = path;
-
-  // The full run config (bigtrain checkpoints) gives the tiler keys the `tiler`
-  // summary leaves out (background filtering); `tiler` wins where both speak.
-  if (auto found = metadata.find("config"); found != metadata.end()) {
-    try {
-      const Config config = parse_config(found->second, path + " (metadata `config`)");
-      c.tiler = config.tiler;
-      c.max_value = config.data.max_value;
-      c.tile_batch = config.train.tile_batch;
-      c.label_smoothing = config.train.label_smoothing;
-    } catch (const Error& error) {
-      spdlog::warn("{}: metadata `config` is ignored: {}", path, error.what());
-    }
-  }
-  if (auto found = metadata.find("tiler"); found != metadata.end()) {
-    const Json t = parse_json(path, "tiler", found->second);
-    if (!t.is_object()) throw Error(fmt::format("{}: metadata `tiler` must be a JSON object", path));
-    TilerConfig& tc = c.tiler;
-    tc.mode = json_field(path, "tiler", t, "mode", tc.mode);
-    tc.tile = json_field(path, "tiler", t, "tile", tc.tile);
-    tc.overlap = json_field(path, "tiler", t, "overlap", tc.overlap);
-    tc.border = json_field(path, "tiler", t, "border", tc.border);
-    tc.level = json_field(path, "tiler", t, "level", tc.level);
-    tc.downsample = json_field(path, "tiler", t, "downsample", tc.downsample);
-    tc.min_foreground = json_field(path, "tiler", t, "min_foreground", tc.min_foreground);
-    tc.foreground = json_field(path, "tiler", t, "foreground", tc.foreground);
-    tc.resize_size = json_field(path, "tiler", t, "resize_size", tc.resize_size);
-    c.tile_batch = json_field(path, "tiler", t, "tile_batch", c.tile_batch);
-  }
-
-  const Json classes = parse_json(path, "classes", required(metadata, path, "classes", "the class names, a JSON list"));
-  if (!classes.is_array() || classes.empty())
-    throw Error(fmt::format("{}: metadata `classes` must be a non-empty JSON list of names", path));
-  for (const Json& name : classes) c.classes.push_back(name.is_string() ? name.get<std::string>() : name.dump());
-
-  const Json normalization = parse_json(
-      path, "normalization", required(metadata, path, "normalization", "{\"mean\": [...], \"std\": [...]}"));
-  c.mean = number_list(path, normalization, "mean");
-  c.std = number_list(path, normalization, "std");
-  for (double s : c.std)
-    if (!(s > 0)) throw Error(fmt::format("{}: metadata `normalization`.std holds {} (must be positive)", path, s));
-
-  net::ModelSpec spec;
-  try {
-    spec = net::model_spec_from_yaml_string(required(metadata, path, "model", "the model spec, YAML"),
-                                            path + " (metadata `model`)");
-  } catch (const Error& error) {
-    throw Error(fmt::format("{}: metadata `model`: {}", path, error.what()));
-  }
+  c.tiler = override_tiler(c.tiler, tiler_overrides, path + " (its tiling)");
+  net::ModelSpec spec = c.model_spec;
   spec.pretrained.clear();  // the weights are this file's
-  if (spec.num_classes != static_cast<std::int64_t>(c.classes.size()))
-    throw Error(fmt::format("{}: metadata `model` has num_classes {}, `classes` names {}", path, spec.num_classes,
-                            c.classes.size()));
-
-  net::AggregatorSpec aggregator;
-  aggregator.kind = net::AggregatorKind::mean;  // a plain classifier's checkpoint (no `aggregator` key)
-  if (auto found = metadata.find("aggregator"); found != metadata.end()) {
-    const Json a = parse_json(path, "aggregator", found->second);
-    try {
-      aggregator.kind = net::parse_aggregator_kind(json_field<std::string>(path, "aggregator", a, "kind", "mean"));
-    } catch (const Error& error) {
-      throw Error(fmt::format("{}: metadata `aggregator`: {}", path, error.what()));
-    }
-    aggregator.hidden = json_field(path, "aggregator", a, "hidden", aggregator.hidden);
-    aggregator.gated = json_field(path, "aggregator", a, "gated", aggregator.gated);
-    c.top_tiles = json_field<std::int64_t>(path, "aggregator", a, "top_tiles", 0);
-  }
+  net::AggregatorSpec aggregator = c.aggregator_spec;
+  aggregator.dropout = 0.0f;  // training only
   c.model = std::make_unique<net::Model>(spec, 0, false);
   c.aggregator = net::make_aggregator(aggregator, c.model->encoder().feature_dim(), 0);
   load_model_checkpoint(path, *c.model, *c.aggregator);
@@ -196,7 +70,7 @@ LoadedCheckpoint load_checkpoint_for_inference(const std::string& path) {
 }
 
 InferenceEngine::InferenceEngine(LoadedCheckpoint& checkpoint, InferenceOptions options)
-    : checkpoint_(checkpoint), options_(options), tiler_(checkpoint.tiler) {
+    : checkpoint_(checkpoint), options_(options) {
   if (options_.tile_batch <= 0) options_.tile_batch = checkpoint.tile_batch;
 }
 
@@ -258,7 +132,7 @@ InferenceStats InferenceEngine::run(const std::vector<InferenceItem>& items,
           [&](std::size_t i) {
             planning = i;
             planned_at[i] = Clock::now();
-            ImagePlan plan = plan_image(items[i].path, tiler_, false, 0, 0, checkpoint_.max_value);
+            ImagePlan plan = plan_image(items[i].path, checkpoint_.tiler, false, 0, 0, checkpoint_.max_value);
             planning.reset();
             return plan;
           },

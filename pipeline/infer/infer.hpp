@@ -3,10 +3,10 @@
 // run, and the same per-image computation as the evaluation inside training
 // (TwoPassStep::eval_batch + finish_eval), so their probabilities agree bit for bit.
 //
-// Everything the model needs comes from the checkpoint's metadata (see
-// pipeline/engine/checkpoint.hpp and docs/checkpoints.md): architecture (`model`),
-// aggregator, class names, normalisation and tiling (`tiler`, refined by the full
-// `config` when the checkpoint has one). Callers may override the tiling.
+// Everything the model needs comes from the checkpoint's metadata
+// (pipeline/engine/checkpoint_metadata.hpp, docs/checkpoints.md): architecture,
+// aggregator, class names, normalisation and tiling. Callers' overrides of the tiling
+// are applied to it, and checked, before anything is built.
 //
 // Images stream through the tile stream (TBB flow graph): the next image's tiles are
 // read while the current one computes. An image that cannot be opened, planned or
@@ -24,18 +24,14 @@
 #include "pipeline/config/config.hpp"
 #include "pipeline/data/image_plan.hpp"
 #include "pipeline/data/preprocess.hpp"
+#include "pipeline/engine/checkpoint_metadata.hpp"
 
 namespace bigtrain {
 
-struct LoadedCheckpoint {
+// The checkpoint's metadata (with the caller's tiling overrides applied) and the
+// network built from it, its weights loaded.
+struct LoadedCheckpoint : CheckpointMetadata {
   std::string path;
-  std::vector<std::string> classes;
-  TilerConfig tiler;
-  std::vector<double> mean, std;  // normalisation after scaling pixels to [0, 1]
-  std::int64_t max_value = 0;     // data.max_value of the training run (0: each image's own)
-  std::int64_t tile_batch = 16;
-  double label_smoothing = 0.0;   // of the training run, so eval losses match its own
-  std::int64_t top_tiles = 0;      // aggregator.top_tiles of the training run
   std::unique_ptr<net::Model> model;
   std::unique_ptr<net::Aggregator> aggregator;
 
@@ -43,8 +39,10 @@ struct LoadedCheckpoint {
 };
 
 // Throws Error naming `path` and the problem (not a safetensors file, a missing or
-// malformed metadata key, weights that do not fit the described architecture).
-LoadedCheckpoint load_checkpoint_for_inference(const std::string& path);
+// malformed metadata key, a tiling the overrides make invalid, weights that do not
+// fit the described architecture).
+LoadedCheckpoint load_checkpoint_for_inference(const std::string& path,
+                                               const std::vector<TilerOverride>& tiler_overrides = {});
 
 struct InferenceItem {
   std::string path;
@@ -94,10 +92,7 @@ struct InferenceStats {
 
 class InferenceEngine {
  public:
-  // The checkpoint's tiler is used unless `tiler` is given.
   InferenceEngine(LoadedCheckpoint& checkpoint, InferenceOptions options);
-
-  TilerConfig& tiler() { return tiler_; }
 
   // Calls `on_result` once per item in item order (from one thread at a time), as
   // soon as its prediction (or error) is known.
@@ -107,7 +102,6 @@ class InferenceEngine {
  private:
   LoadedCheckpoint& checkpoint_;
   InferenceOptions options_;
-  TilerConfig tiler_;
 };
 
 // Every image file under the given files and folders (folders recursively, sorted;

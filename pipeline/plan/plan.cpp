@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "kernels/core/error.hpp"
+#include "pipeline/config/specs.hpp"
 #include "pipeline/plan/plan_units.hpp"
 #include "tiler/tile_grid.hpp"
 
@@ -22,10 +23,7 @@ PlanInputs plan_inputs_from_config(const Config& config, Backend backend) {
                                                                               : YAML::Node(YAML::NodeType::Map);
   in.model = net::model_spec_from_yaml(model, config.source);
   if (!config.data.classes.empty()) in.model.num_classes = static_cast<std::int64_t>(config.data.classes.size());
-  in.aggregator.kind = net::parse_aggregator_kind(config.aggregator.kind);
-  in.aggregator.hidden = config.aggregator.hidden;
-  in.aggregator.gated = config.aggregator.gated;
-  in.aggregator.dropout = static_cast<float>(config.aggregator.dropout);
+  in.aggregator = aggregator_spec(config.aggregator);
   in.optimizer = config.train.optimizer;
   in.momentum = config.train.momentum;
   in.freeze_bn = config.train.freeze_bn;

@@ -34,6 +34,7 @@
 #include "pipeline/distributed/distributed_training.hpp"
 #include "pipeline/engine/bn_calibration.hpp"
 #include "pipeline/engine/checkpoint.hpp"
+#include "pipeline/engine/checkpoint_metadata.hpp"
 #include "pipeline/engine/gradient_check.hpp"
 #include "pipeline/engine/loss_scaler.hpp"
 #include "pipeline/engine/two_pass.hpp"
@@ -197,25 +198,10 @@ void Trainer::State::check_gradients(const Sample& sample, std::int64_t epoch) c
 }
 
 net::Metadata Trainer::State::checkpoint_metadata() const {
-  net::Metadata metadata;
-  metadata["config"] = config_to_yaml(config);
-  metadata["model"] = net::to_yaml_string(model->spec());
-  metadata["aggregator"] = nlohmann::json{{"kind", config.aggregator.kind},
-                                          {"hidden", config.aggregator.hidden},
-                                          {"gated", config.aggregator.gated},
-                                          {"dropout", config.aggregator.dropout},
-                                          {"top_tiles", config.aggregator.top_tiles}}
-                               .dump();
-  metadata["classes"] = nlohmann::json(dataset.classes).dump();
-  metadata["normalization"] = nlohmann::json{{"mean", config.data.mean}, {"std", config.data.std}}.dump();
-  metadata["tiler"] = nlohmann::json{{"mode", config.tiler.mode},        {"tile", config.tiler.tile},
-                                     {"overlap", config.tiler.overlap},  {"border", config.tiler.border},
-                                     {"level", config.tiler.level},      {"downsample", config.tiler.downsample},
-                                     {"resize_size", config.tiler.resize_size}}
-                          .dump();
-  metadata["epoch"] = std::to_string(epochs_done);
-  metadata["bigtrain.checkpoint"] = position_text();
-  return metadata;
+  CheckpointMetadata metadata = checkpoint_metadata_of_run(config, model->spec(), dataset.classes);
+  metadata.epoch = epochs_done;
+  metadata.training_state = position_text();
+  return to_safetensors_metadata(metadata);
 }
 
 void Trainer::State::write_checkpoints(bool best) {
@@ -567,12 +553,7 @@ Trainer::Trainer(Config config, bool resume, std::optional<Backend> backend) : s
     const net::LoadReport report = s.model->load_safetensors(spec.pretrained);
     for (const auto& note : report.notes) spdlog::info("pretrained weights: {}", note);
   }
-  net::AggregatorSpec aggregator;
-  aggregator.kind = net::parse_aggregator_kind(c.aggregator.kind);
-  aggregator.hidden = c.aggregator.hidden;
-  aggregator.gated = c.aggregator.gated;
-  aggregator.dropout = static_cast<float>(c.aggregator.dropout);
-  s.aggregator = net::make_aggregator(aggregator, s.model->encoder().feature_dim(), s.seed(kInit, 1));
+  s.aggregator = net::make_aggregator(aggregator_spec(c.aggregator), s.model->encoder().feature_dim(), s.seed(kInit, 1));
   // Before the optimizer is made, so its state lives where the parameters do.
   s.model->to(backend_device(s.backend));
   s.aggregator->to(backend_device(s.backend));

@@ -1,0 +1,12 @@
+#pragma once
+// Typed specs from a validated config: where a config's choices (strings in YAML,
+// checked by the reader) become the enums and structs of the layers below, once.
+// Trainer, `bigtrain plan` and checkpoints consume these instead of comparing strings.
+#include "net/aggregator.hpp"
+#include "pipeline/config/config.hpp"
+
+namespace bigtrain {
+
+net::AggregatorSpec aggregator_spec(const AggregatorConfig& config);
+
+}  // namespace bigtrain
