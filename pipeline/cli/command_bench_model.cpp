@@ -22,6 +22,7 @@
 #include "net/model.hpp"
 #include "net/optimizer.hpp"
 #include "pipeline/cli/command_registry.hpp"
+#include "pipeline/config/specs.hpp"
 
 #ifdef BIGTRAIN_HAVE_CUDA
 #include "kernels/cuda/device_info.hpp"
@@ -125,9 +126,7 @@ int run(const BenchOptions& options) {
   nlohmann::json result = {{"preset", options.preset}, {"device", backend_name(backend)}, {"tile", options.tile},
                            {"batch", options.batch}, {"in_channels", options.in_channels}, {"steps", options.steps},
                            {"precision", options.precision}};
-  const DType compute_dtype = options.precision == "bf16"   ? DType::bf16
-                              : options.precision == "fp16" ? DType::f16
-                                                            : DType::f32;
+  const DType compute_dtype = precision_dtype(options.precision);
   net::ForwardContext train_ctx = net::ForwardContext::train(backend);
   net::ForwardContext infer_ctx = net::ForwardContext::inference(backend);
   train_ctx.compute_dtype = infer_ctx.compute_dtype = compute_dtype;

@@ -11,4 +11,10 @@ net::AggregatorSpec aggregator_spec(const AggregatorConfig& config) {
   return spec;
 }
 
+DType precision_dtype(const std::string& precision) {
+  if (precision == "bf16") return DType::bf16;
+  if (precision == "fp16") return DType::f16;
+  return DType::f32;
+}
+
 }  // namespace bigtrain

@@ -29,6 +29,7 @@
 #include "net/optimizer.hpp"
 #include "pipeline/common/atomic_file.hpp"
 #include "pipeline/common/random.hpp"
+#include "pipeline/config/specs.hpp"
 #include "pipeline/data/tile_stream.hpp"
 #include "pipeline/distributed/distributed.hpp"
 #include "pipeline/distributed/distributed_training.hpp"
@@ -507,9 +508,7 @@ Trainer::Trainer(Config config, bool resume, std::optional<Backend> backend) : s
   // cuda without a usable GPU is an error saying why; auto takes the GPU when there is one.
   s.backend = backend ? *backend : kernels::select_backend(c.device.type);
   spdlog::info("device: {}", kernels::describe_backend_choice(s.backend));
-  const DType compute_dtype = c.train.precision == "bf16"   ? DType::bf16
-                              : c.train.precision == "fp16" ? DType::f16
-                                                            : DType::f32;
+  const DType compute_dtype = precision_dtype(c.train.precision);
   // Before building anything: the CPU's bf16 depends on its instruction set.
   if (const std::string why = kernels::why_backend_cannot_run(s.backend, compute_dtype); !why.empty())
     throw Error(fmt::format("{}: train.precision {} with device: {} ({}): {}", c.source, c.train.precision,
