@@ -14,7 +14,7 @@ Tensor like(const Shape& shape, Backend backend, DType dtype = DType::f32) {
   return Tensor::empty(shape, dtype, backend_device(backend));
 }
 
-class MeanAggregator final : public Aggregator {
+class MeanAggregator : public Aggregator {
  public:
   using Aggregator::Aggregator;
   AggregatorKind kind() const override { return AggregatorKind::mean; }
@@ -36,7 +36,7 @@ class MeanAggregator final : public Aggregator {
   }
   LayerFootprint pool_describe(const Shape& h, const PlanContext&) const override {
     LayerFootprint fp;
-    fp.kind = "mean";
+    fp.kind = aggregator_kind_name(kind());
     fp.output = {h[1]};
     return fp;
   }
@@ -49,6 +49,14 @@ class MeanAggregator final : public Aggregator {
     std::int64_t tiles;
   };
   std::vector<Saved> saved_;
+};
+
+// The instance vote pools log-probabilities, after the head (pipeline/two_pass.cpp);
+// as a layer it is the mean, which is what it costs and keeps.
+class InstanceAggregator final : public MeanAggregator {
+ public:
+  using MeanAggregator::MeanAggregator;
+  AggregatorKind kind() const override { return AggregatorKind::instance; }
 };
 
 class MaxAggregator final : public Aggregator {
@@ -219,7 +227,8 @@ AggregatorKind parse_aggregator_kind(const std::string& name) {
   if (name == "mean") return AggregatorKind::mean;
   if (name == "max") return AggregatorKind::max;
   if (name == "attention") return AggregatorKind::attention;
-  throw Error(fmt::format("unknown aggregator '{}': expected mean, max or attention", name));
+  if (name == "instance") return AggregatorKind::instance;
+  throw Error(fmt::format("unknown aggregator '{}': expected mean, max, attention or instance", name));
 }
 
 const char* aggregator_kind_name(AggregatorKind kind) {
@@ -227,6 +236,7 @@ const char* aggregator_kind_name(AggregatorKind kind) {
     case AggregatorKind::mean: return "mean";
     case AggregatorKind::max: return "max";
     case AggregatorKind::attention: return "attention";
+    case AggregatorKind::instance: return "instance";
   }
   return "?";
 }
@@ -278,6 +288,7 @@ std::unique_ptr<Aggregator> make_aggregator(const AggregatorSpec& spec, std::int
     case AggregatorKind::max: return std::make_unique<MaxAggregator>(std::move(name), features, spec.dropout);
     case AggregatorKind::attention:
       return std::make_unique<AttentionAggregator>(std::move(name), features, spec, seed);
+    case AggregatorKind::instance: return std::make_unique<InstanceAggregator>(std::move(name), features, spec.dropout);
   }
   throw Error("make_aggregator: unknown kind");
 }

@@ -9,6 +9,11 @@
 //   attention  a = softmax_i(w^T (tanh(V h_i) ⊙ sigm(U h_i)))  (gated; Ilse et al. 2018,
 //              "Attention-based Deep Multiple Instance Learning"), or
 //              a = softmax_i(w^T tanh(V h_i)) without the gate;  z = sum_i a_i h_i
+//   instance   no pooling of features: the head classifies every tile, each tile is
+//              trained with the image's label, and the image's log-probabilities are
+//              the mean of its tiles' (a vote; pipeline/two_pass.hpp). The layer's
+//              own forward is the mean, so the planner and checkpoints see a
+//              parameter-free pooling.
 //
 // Optional dropout on z in training. State names follow Ilse et al.'s PyTorch code:
 // `<name>.attention_V.{weight,bias}`, `<name>.attention_U.{weight,bias}`,
@@ -24,9 +29,9 @@
 
 namespace bigtrain::net {
 
-enum class AggregatorKind : std::uint8_t { mean, max, attention };
+enum class AggregatorKind : std::uint8_t { mean, max, attention, instance };
 
-AggregatorKind parse_aggregator_kind(const std::string& name);  // "mean" | "max" | "attention"
+AggregatorKind parse_aggregator_kind(const std::string& name);  // "mean" | "max" | "attention" | "instance"
 const char* aggregator_kind_name(AggregatorKind kind);
 
 struct AggregatorSpec {

@@ -74,13 +74,18 @@ TilerConfig read_tiler(ConfigSection s) {
 
 AggregatorConfig read_aggregator(ConfigSection s) {
   AggregatorConfig a;
-  a.kind = s.get_choice("kind", a.kind, {"mean", "max", "attention"});
+  a.kind = s.get_choice("kind", a.kind, {"mean", "max", "attention", "instance"});
   a.hidden = s.get_int("hidden", a.hidden, 1, 1 << 16);
   a.gated = s.get_bool("gated", a.gated);
   a.dropout = s.get_double("dropout", a.dropout, 0.0, 0.95);
   a.top_tiles = s.get_int("top_tiles", a.top_tiles, 0, kIntMax);
-  if (a.top_tiles > 0 && a.kind != "attention")
-    s.fail("top_tiles", fmt::format("ranks tiles by attention; aggregator.kind {} has none", a.kind));
+  if (a.dropout > 0 && a.kind == "instance")
+    s.fail("dropout", "drops features of the pooled image; aggregator.kind instance pools none (it votes with the tiles' "
+                      "own predictions)");
+  if (a.top_tiles > 0 && a.kind != "attention" && a.kind != "instance")
+    s.fail("top_tiles", fmt::format("ranks tiles by attention (or, for the instance vote, by the probability of the "
+                                    "label); aggregator.kind {} has neither",
+                                    a.kind));
   s.finish();
   return a;
 }

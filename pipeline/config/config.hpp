@@ -54,7 +54,7 @@ struct TilerConfig {
 };
 
 struct AggregatorConfig {
-  std::string kind = "attention";  // mean | max | attention
+  std::string kind = "attention";  // mean | max | attention | instance
   std::int64_t hidden = 128;       // attention only
   bool gated = true;               // attention only: Ilse et al.'s gated variant
   double dropout = 0.0;            // on the aggregated feature, training only

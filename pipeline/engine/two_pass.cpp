@@ -1,6 +1,7 @@
 #include "pipeline/engine/two_pass.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include "kernels/core/error.hpp"
 #include "kernels/cross_entropy.hpp"
@@ -21,8 +22,10 @@ void ImageModel::zero_grad() const {
 
 TwoPassStep::TwoPassStep(const ImageModel& model, const TwoPassOptions& options) : model_(model), options_(options) {
   BT_CHECK(model.encoder && model.aggregator && model.head, "two-pass step: encoder, aggregator and head are required");
-  BT_CHECK(options.top_tiles == 0 || model.aggregator->kind() == net::AggregatorKind::attention,
-           "two-pass step: aggregator.top_tiles ranks tiles by attention; the {} aggregator has none",
+  instance_ = model.aggregator->kind() == net::AggregatorKind::instance;
+  BT_CHECK(options.top_tiles == 0 || model.aggregator->kind() == net::AggregatorKind::attention || instance_,
+           "two-pass step: aggregator.top_tiles ranks tiles by attention (or the instance vote by each tile's "
+           "probability of the label); the {} aggregator has neither",
            net::aggregator_kind_name(model.aggregator->kind()));
   BT_CHECK(options.top_tiles >= 0, "two-pass step: top_tiles must not be negative, got {}", options.top_tiles);
   BT_CHECK(model.encoder->feature_dim() == model.aggregator->features() &&
@@ -103,9 +106,132 @@ void TwoPassStep::pass1_batch(const Tensor& x, std::int64_t first_tile) {
   store_rows(model_.encoder->forward(x, encoder_context(false, true)), first_tile);
 }
 
+void TwoPassStep::train_instances_batch(const Tensor& x, std::int64_t first_tile, float loss_scale) {
+  BT_CHECK(single_pass(), "two-pass step: train_instances_batch is the instance aggregator's without top_tiles; "
+                          "the {} aggregator needs both passes",
+           net::aggregator_kind_name(model_.aggregator->kind()));
+  Tensor features = model_.encoder->forward(x, encoder_context(true, true));
+  store_rows(features, first_tile);
+  net::ForwardContext ctx;
+  ctx.backend = options_.backend;
+  ctx.training = true;
+  ctx.keep_activations = true;
+  Tensor logits = model_.head->forward(features, ctx);
+  const std::int64_t rows = logits.dim(0);
+  const Device device = backend_device(options_.backend);
+  Tensor targets = Tensor::empty({rows}, DType::i32);
+  std::fill_n(targets.data<std::int32_t>(), rows, label_);
+  targets = targets.to(device);
+  Tensor dlogits = Tensor::empty(logits.shape(), DType::f32, device);
+  kernels::CrossEntropyOptions ce;
+  ce.label_smoothing = options_.label_smoothing;
+  kernels::cross_entropy(options_.backend, logits, targets, nullptr, ce, dlogits);
+  // cross_entropy averages over the batch; the image's loss averages over its tiles.
+  kernels::scale(options_.backend, loss_scale * static_cast<float>(rows) / static_cast<float>(h_.dim(0)), dlogits);
+  model_.encoder->backward(model_.head->backward(dlogits));
+}
+
+// Campanella et al. 2019 (MIL for whole slides): the M tiles with the highest
+// probability of the image's label get it as their own; the rest no gradient. At
+// first the choice is near random; as soon as tiles of the label's objects score
+// higher, the training concentrates on them and leaves out the clutter and the other
+// objects that the plain instance loss trains with a wrong label.
+void TwoPassStep::train_top_instances(float loss_scale) {
+  const std::int64_t n = h_.dim(0), m = std::min(options_.top_tiles, n);
+  const std::vector<float> label_probability = label_probabilities_;
+  std::vector<std::int64_t> order(static_cast<std::size_t>(n));
+  for (std::int64_t k = 0; k < n; ++k) order[static_cast<std::size_t>(k)] = k;
+  std::partial_sort(order.begin(), order.begin() + m, order.end(), [&](std::int64_t x, std::int64_t y) {
+    const float px = label_probability[static_cast<std::size_t>(x)], py = label_probability[static_cast<std::size_t>(y)];
+    return px > py || (px == py && x < y);
+  });
+  selected_.assign(order.begin(), order.begin() + m);
+  std::sort(selected_.begin(), selected_.end());
+  is_selected_.assign(static_cast<std::size_t>(n), false);
+  for (std::int64_t k : selected_) is_selected_[static_cast<std::size_t>(k)] = true;
+  Tensor chosen = Tensor::empty({m, h_.dim(1)}, DType::f32, h_.device());
+  for (std::size_t r = 0; r < selected_.size(); ++r)
+    chosen.slice_rows(static_cast<std::int64_t>(r), static_cast<std::int64_t>(r) + 1)
+        .copy_from(h_.slice_rows(selected_[r], selected_[r] + 1));
+  net::ForwardContext ctx;
+  ctx.backend = options_.backend;
+  ctx.training = true;
+  ctx.keep_activations = true;
+  Tensor logits = model_.head->forward(chosen, ctx);
+  const Device device = backend_device(options_.backend);
+  Tensor targets = Tensor::empty({m}, DType::i32);
+  std::fill_n(targets.data<std::int32_t>(), m, label_);
+  targets = targets.to(device);
+  Tensor dlogits = Tensor::empty(logits.shape(), DType::f32, device);
+  kernels::CrossEntropyOptions ce;
+  ce.label_smoothing = options_.label_smoothing;
+  kernels::cross_entropy(options_.backend, logits, targets, nullptr, ce, dlogits);
+  kernels::scale(options_.backend, loss_scale, dlogits);
+  const Tensor dh = model_.head->backward(dlogits);
+  dh_ = Tensor::zeros(h_.shape(), DType::f32, h_.device());
+  for (std::size_t r = 0; r < selected_.size(); ++r)
+    dh_.slice_rows(selected_[r], selected_[r] + 1)
+        .copy_from(dh.slice_rows(static_cast<std::int64_t>(r), static_cast<std::int64_t>(r) + 1));
+}
+
+ImageOutcome TwoPassStep::vote() {
+  net::ForwardContext ctx = net::ForwardContext::inference(options_.backend);
+  const Tensor tile_logits = model_.head->forward(h_, ctx).to(Device::cpu());
+  const std::int64_t n = tile_logits.dim(0), classes = tile_logits.dim(1);
+  const float* l = tile_logits.data<float>();
+  // Mean of the tiles' log-softmax: the image's logits, up to a constant.
+  std::vector<double> mean_log_p(static_cast<std::size_t>(classes), 0.0);
+  std::vector<double> log_p(static_cast<std::size_t>(n * classes));
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float* row = l + i * classes;
+    const double top = *std::max_element(row, row + classes);
+    double sum = 0.0;
+    for (std::int64_t k = 0; k < classes; ++k) sum += std::exp(static_cast<double>(row[k]) - top);
+    const double log_sum = top + std::log(sum);
+    for (std::int64_t k = 0; k < classes; ++k) {
+      log_p[static_cast<std::size_t>(i * classes + k)] = row[k] - log_sum;
+      mean_log_p[static_cast<std::size_t>(k)] += (row[k] - log_sum) / static_cast<double>(n);
+    }
+  }
+  Tensor image_logits = Tensor::empty({1, classes}, DType::f32);
+  for (std::int64_t k = 0; k < classes; ++k)
+    image_logits.data<float>()[k] = static_cast<float>(mean_log_p[static_cast<std::size_t>(k)]);
+  Tensor targets = Tensor::empty({1}, DType::i32);
+  targets.data<std::int32_t>()[0] = label_;
+  Tensor dlogits = Tensor::empty({1, classes}, DType::f32);
+  Tensor probabilities = Tensor::empty({1, classes}, DType::f32);
+  kernels::CrossEntropyOptions ce;
+  ce.label_smoothing = options_.label_smoothing;
+  ImageOutcome outcome;
+  outcome.loss = kernels::cross_entropy(Backend::cpu, image_logits, targets, nullptr, ce, dlogits, &probabilities);
+  outcome.probabilities = probabilities.to_vector();
+  outcome.tiles = n;
+  label_probabilities_.resize(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i)
+    label_probabilities_[static_cast<std::size_t>(i)] =
+        static_cast<float>(std::exp(log_p[static_cast<std::size_t>(i * classes + label_)]));
+  // Where the vote came from, for heatmaps and diagnostics.
+  const auto predicted = static_cast<std::int64_t>(
+      std::max_element(outcome.probabilities.begin(), outcome.probabilities.end()) - outcome.probabilities.begin());
+  scores_ = Tensor::empty({n}, DType::f32);
+  double total = 0.0;
+  for (std::int64_t i = 0; i < n; ++i) total += std::exp(log_p[static_cast<std::size_t>(i * classes + predicted)]);
+  for (std::int64_t i = 0; i < n; ++i)
+    scores_.data<float>()[i] =
+        static_cast<float>(std::exp(log_p[static_cast<std::size_t>(i * classes + predicted)]) / total);
+  return outcome;
+}
+
 ImageOutcome TwoPassStep::head_forward(bool training, float loss_scale) {
   BT_CHECK(h_.defined() && rows_filled_ == h_.dim(0), "two-pass step: {} of {} tile features computed before the head",
            rows_filled_, h_.defined() ? h_.dim(0) : 0);
+  if (instance_) {
+    ImageOutcome outcome = vote();
+    // With top_tiles, the tiles most likely the label's are trained (pass 2);
+    // without, every batch's gradients were taken in train_instances_batch.
+    if (training && options_.top_tiles > 0) train_top_instances(loss_scale);
+    return outcome;
+  }
   net::ForwardContext ctx;
   ctx.backend = options_.backend;
   ctx.training = training;
@@ -145,6 +271,7 @@ ImageOutcome TwoPassStep::head_forward(bool training, float loss_scale) {
 ImageOutcome TwoPassStep::finish_image(float loss_scale) { return head_forward(true, loss_scale); }
 
 void TwoPassStep::pass2_batch(const Tensor& x, std::int64_t first_tile) {
+  BT_CHECK(!single_pass(), "two-pass step: the instance aggregator trains in one pass (train_instances_batch)");
   BT_CHECK(dh_.defined(), "two-pass step: pass 2 before finish_image");
   const std::int64_t rows = x.dim(0);
   BT_CHECK(first_tile >= 0 && first_tile + rows <= dh_.dim(0), "two-pass step: rows [{}, {}) outside the image's {} tiles",

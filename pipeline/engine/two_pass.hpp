@@ -21,6 +21,16 @@
 // (batches without a selected tile are skipped), so it costs M tiles instead of N.
 // Evaluation selects the same way. Needs frozen BatchNorm (a sub-batch must give a
 // tile the features its full batch gave it).
+//
+// The instance aggregator trains in one pass (single_pass()): every tile is
+// classified by the head and trained with the image's label, so a batch's loss and
+// gradients need nothing of the other tiles: train_instances_batch does forward and
+// backward at once, and finish_image only votes (the image's log-probabilities are
+// the mean of its tiles'). Tiles of clutter, seen with every label, learn to predict
+// nothing in particular and so drop out of the vote; tiles of an object are pushed
+// towards the labels of the images that hold it, which is the object's class
+// whenever it is the image's evidence. Each tile's loss gradient arrives at once,
+// instead of through a pooling that dilutes it by the tile count.
 #include <cstdint>
 #include <vector>
 
@@ -71,6 +81,15 @@ class TwoPassStep {
   ImageOutcome finish_image(float loss_scale);
   void pass2_batch(const Tensor& x, std::int64_t first_tile);
 
+  // aggregator.kind instance: training needs no pass 2; call train_instances_batch
+  // for every batch (in place of pass1_batch), then finish_image for the vote.
+  // With top_tiles M it takes two: pass 1 scores every tile, finish_image trains the
+  // head on the M tiles most likely the label's, and pass 2 their encoder.
+  bool single_pass() const { return instance_ && options_.top_tiles == 0; }
+  // Forward and backward of the batch's tiles, each with the image's label; the
+  // gradient is that of the mean over the image's tiles, times loss_scale.
+  void train_instances_batch(const Tensor& x, std::int64_t first_tile, float loss_scale);
+
   // Evaluation: features only (pass 1 without training), then the head.
   void eval_batch(const Tensor& x, std::int64_t first_tile);
   ImageOutcome finish_eval();
@@ -81,8 +100,11 @@ class TwoPassStep {
   const Tensor& features() const { return h_; }
   const Tensor& feature_grads() const { return dh_; }
   // Attention weights of the last image over all its tiles (undefined for mean/max;
-  // with top_tiles, the scoring pass's, over all N).
-  const Tensor& attention() const { return selected_.empty() ? model_.aggregator->attention() : scores_; }
+  // with top_tiles, the scoring pass's, over all N; for the instance vote, each
+  // tile's probability of the image's predicted class, normalised to sum 1).
+  const Tensor& attention() const {
+    return selected_.empty() && !instance_ ? model_.aggregator->attention() : scores_;
+  }
   // The rows the head saw with top_tiles (ascending), empty when it saw all.
   const std::vector<std::int64_t>& selected_tiles() const { return selected_; }
 
@@ -90,6 +112,8 @@ class TwoPassStep {
   net::ForwardContext encoder_context(bool keep_activations, bool update_running_stats) const;
   void store_rows(const Tensor& features, std::int64_t first_tile);
   ImageOutcome head_forward(bool training, float loss_scale);
+  ImageOutcome vote();  // the instance aggregator's image outcome from H
+  void train_top_instances(float loss_scale);
   Tensor select_rows();  // H, or its top_tiles rows (fills selected_)
   void pass2_selected(const Tensor& x, std::int64_t first_tile);
 
@@ -102,6 +126,8 @@ class TwoPassStep {
   int label_ = 0;
   std::uint64_t dropout_seed_ = 0;
   std::int64_t rows_filled_ = 0;
+  bool instance_ = false;
+  std::vector<float> label_probabilities_;  // of the last vote, per tile
 };
 
 }  // namespace bigtrain

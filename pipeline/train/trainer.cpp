@@ -273,10 +273,11 @@ EpochSummary Trainer::State::train_epoch(std::int64_t epoch) {
              first_step, shard.images_per_step.size());
     for (std::size_t k = 0; k < first_step; ++k) images_skipped += static_cast<std::size_t>(shard.images_per_step[k]);
   }
+  const bool single_pass = step->single_pass();
   std::vector<StreamJob> schedule;
   for (std::size_t i = images_skipped; i < shard.images.size(); ++i) {
     schedule.push_back({shard.images[i], 1});
-    schedule.push_back({shard.images[i], 2});
+    if (!single_pass) schedule.push_back({shard.images[i], 2});
   }
   const int channels = static_cast<int>(model->spec().encoder.in_channels);
   TileStream stream({config.train.tile_batch, config.device.tiles_in_flight, static_cast<int>(config.device.threads)},
@@ -387,11 +388,26 @@ EpochSummary Trainer::State::train_epoch(std::int64_t epoch) {
       },
       [&](const TileBatch& batch) {
         const Sample& sample = train[batch.image];
+        // The image's gradients are all in: release it and step when the step is whole.
+        auto image_done = [&] {
+          step->end_image();
+          check_gradients(sample, epoch);
+          ++images_done;
+          ++images_in_step;
+          report_progress(false);
+          take_ready_steps();
+        };
         if (batch.pass == 1) {
           if (batch.first_tile == 0)
             step->begin_image(static_cast<std::int64_t>(batch.plan->tiles.size()), sample.label,
                               seed(kDropout, e, batch.image));
-          step->pass1_batch(kernels::upload_async(backend, batch.pixels).get(), batch.first_tile);
+          if (single_pass) {
+            step->train_instances_batch(kernels::upload_async(backend, batch.pixels).get(), batch.first_tile,
+                                        mean_over_step * loss_scaler.scale());
+            tiles += batch.pixels.dim(0);
+          } else {
+            step->pass1_batch(kernels::upload_async(backend, batch.pixels).get(), batch.first_tile);
+          }
           if (batch.last_of_job) {
             const ImageOutcome outcome = step->finish_image(mean_over_step * loss_scaler.scale());
             if (!std::isfinite(outcome.loss))
@@ -405,18 +421,13 @@ EpochSummary Trainer::State::train_epoch(std::int64_t epoch) {
             if (diagnostics)
               diagnostics->image(epoch, optimizer->steps_taken() + 1, *batch.plan, sample.label, outcome.loss,
                                  step->attention(), step->selected_tiles());
+            if (single_pass) image_done();
           }
           return;
         }
         step->pass2_batch(kernels::upload_async(backend, batch.pixels).get(), batch.first_tile);
         tiles += batch.pixels.dim(0);
-        if (!batch.last_of_job) return;
-        step->end_image();
-        check_gradients(sample, epoch);
-        ++images_done;
-        ++images_in_step;
-        report_progress(false);
-        take_ready_steps();
+        if (batch.last_of_job) image_done();
       });
   take_ready_steps();  // steps in which this rank had no image (the last, short one)
   } catch (const StopAtStepBoundary&) {

@@ -228,6 +228,165 @@ TEST(TopTiles, NeedsAttention) {
   EXPECT_THROW(TwoPassStep(network.image_model(), {.backend = Backend::cpu, .top_tiles = 4}), Error);
 }
 
+// aggregator.kind instance: one pass, each batch's gradients at once. They must be
+// those of one graph in which every tile is classified by the head and the loss is
+// the mean over the image's tiles of each tile's cross-entropy with the image's
+// label; the image's prediction is the softmax of the mean of the tiles' log-softmax.
+TEST(InstanceVote, OnePassGradientsEqualOneGraphOfTheMeanTileLoss) {
+  for (const bool freeze_bn : {false, true}) {
+    SCOPED_TRACE(freeze_bn ? "BatchNorm frozen" : "BatchNorm training");
+    const net::AggregatorSpec aggregator{net::AggregatorKind::instance};
+    Network one_pass = make_network(aggregator), one_graph = make_network(aggregator);
+    const std::int64_t tiles = 11;
+    const auto batches = make_batches(tiles, /*batch=*/4, /*size=*/32, 5);
+    const int label = 2;
+    const float loss_scale = 0.5f;
+    ImageModel model = one_pass.image_model();
+    model.zero_grad();
+    TwoPassStep step(model, {.backend = Backend::cpu, .freeze_bn = freeze_bn});
+    ASSERT_TRUE(step.single_pass());
+    step.begin_image(tiles, label, 0);
+    std::int64_t first = 0;
+    for (const auto& b : batches) {
+      step.train_instances_batch(b, first, loss_scale);
+      EXPECT_EQ(model.encoder->saved_count(), 0u) << "each batch frees its activations";
+      first += b.dim(0);
+    }
+    const ImageOutcome outcome = step.finish_image(loss_scale);
+    EXPECT_THROW(step.pass2_batch(batches[0], 0), Error);
+
+    // The reference graph: all tiles forwarded with activations kept, one loss.
+    net::Encoder& encoder = one_graph.model->encoder();
+    ImageModel reference = one_graph.image_model();
+    reference.zero_grad();
+    net::ForwardContext ctx{.backend = Backend::cpu, .training = true, .keep_activations = true};
+    ctx.freeze_bn = freeze_bn;
+    ctx.update_bn_running_stats = !freeze_bn;
+    std::vector<Tensor> logits;
+    for (const auto& b : batches) logits.push_back(one_graph.model->head().forward(encoder.forward(b, ctx), ctx));
+    // Backward in reverse: each batch's share of the mean over all tiles.
+    std::vector<std::vector<double>> log_softmax_rows;
+    for (std::size_t k = batches.size(); k-- > 0;) {
+      Tensor targets = Tensor::empty({batches[k].dim(0)}, DType::i32);
+      std::fill_n(targets.data<std::int32_t>(), batches[k].dim(0), label);
+      Tensor dlogits = Tensor::empty(logits[k].shape());
+      kernels::cross_entropy(Backend::cpu, logits[k], targets, nullptr, {}, dlogits);
+      kernels::scale(Backend::cpu, loss_scale * static_cast<float>(batches[k].dim(0)) / tiles, dlogits);
+      encoder.backward(one_graph.model->head().backward(dlogits));
+    }
+    const auto params = model.parameters(), reference_params = reference.parameters();
+    ASSERT_EQ(params.size(), reference_params.size());
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      if (!reference_params[i]->grad.defined()) continue;  // the instance aggregator has no parameters
+      ASSERT_TRUE(params[i]->grad.defined()) << params[i]->name;
+      EXPECT_LT(relative_error(params[i]->grad, reference_params[i]->grad), 1e-5) << params[i]->name;
+    }
+
+    // The vote from the weights after the step's forward (the gradients were not applied).
+    std::vector<double> mean_log_p(3, 0.0);
+    for (const auto& l : logits) {
+      const auto v = l.to_vector();
+      for (std::int64_t r = 0; r < l.dim(0); ++r) {
+        double top = -1e300, sum = 0.0;
+        for (int c = 0; c < 3; ++c) top = std::max(top, static_cast<double>(v[static_cast<std::size_t>(r * 3 + c)]));
+        for (int c = 0; c < 3; ++c) sum += std::exp(v[static_cast<std::size_t>(r * 3 + c)] - top);
+        for (int c = 0; c < 3; ++c)
+          mean_log_p[static_cast<std::size_t>(c)] += (v[static_cast<std::size_t>(r * 3 + c)] - top - std::log(sum)) / tiles;
+      }
+    }
+    {  // H holds the features of those same batches, BatchNorm in training mode or not
+      double norm = 0.0;
+      for (double m : mean_log_p) norm += std::exp(m);
+      ASSERT_EQ(outcome.probabilities.size(), 3u);
+      for (int c = 0; c < 3; ++c)
+        EXPECT_NEAR(outcome.probabilities[static_cast<std::size_t>(c)], std::exp(mean_log_p[static_cast<std::size_t>(c)]) / norm, 1e-5);
+      EXPECT_NEAR(outcome.loss, -std::log(std::exp(mean_log_p[label]) / norm), 1e-5);
+    }
+    const std::vector<float> weights = step.attention().to_vector();
+    ASSERT_EQ(weights.size(), static_cast<std::size_t>(tiles));
+    double total = 0.0;
+    for (float w : weights) total += w;
+    EXPECT_NEAR(total, 1.0, 1e-5) << "each tile's share of the predicted class, summing to 1";
+  }
+}
+
+// With top_tiles M the instance vote trains the M tiles with the highest probability
+// of the label (Campanella et al. 2019) in two passes: the gradients must be those of
+// the mean tile loss over those M tiles alone, and they must be the M most likely.
+TEST(InstanceVote, TopTilesTrainTheTilesMostLikelyTheLabel) {
+  const net::AggregatorSpec aggregator{net::AggregatorKind::instance};
+  Network two_pass = make_network(aggregator), one_graph = make_network(aggregator);
+  const std::int64_t tiles = 11, top = 3;
+  const auto batches = make_batches(tiles, /*batch=*/4, /*size=*/32, 8);
+  const int label = 1;
+  ImageModel model = two_pass.image_model();
+  model.zero_grad();
+  TwoPassStep step(model, {.backend = Backend::cpu, .freeze_bn = true, .top_tiles = top});
+  ASSERT_FALSE(step.single_pass());
+  step.begin_image(tiles, label, 0);
+  std::int64_t first = 0;
+  for (const auto& b : batches) {
+    step.pass1_batch(b, first);
+    first += b.dim(0);
+  }
+  step.finish_image(1.0f);
+  const std::vector<std::int64_t> selected = step.selected_tiles();
+  ASSERT_EQ(selected.size(), static_cast<std::size_t>(top));
+  // The label's probability of every tile, from the head on the features.
+  const Tensor logits = two_pass.model->head().forward(step.features(), net::ForwardContext::inference(Backend::cpu));
+  const auto v = logits.to_vector();
+  std::vector<double> p_label(static_cast<std::size_t>(tiles));
+  for (std::int64_t t = 0; t < tiles; ++t) {
+    double sum = 0.0;
+    for (int c = 0; c < 3; ++c) sum += std::exp(v[static_cast<std::size_t>(t * 3 + c)]);
+    p_label[static_cast<std::size_t>(t)] = std::exp(v[static_cast<std::size_t>(t * 3 + label)]) / sum;
+  }
+  double lowest_selected = 1.0, highest_other = 0.0;
+  for (std::int64_t t = 0; t < tiles; ++t) {
+    const bool chosen = std::find(selected.begin(), selected.end(), t) != selected.end();
+    if (chosen) lowest_selected = std::min(lowest_selected, p_label[static_cast<std::size_t>(t)]);
+    else highest_other = std::max(highest_other, p_label[static_cast<std::size_t>(t)]);
+  }
+  EXPECT_GE(lowest_selected, highest_other);
+  first = 0;
+  for (const auto& b : batches) {
+    step.pass2_batch(b, first);
+    first += b.dim(0);
+  }
+
+  // The reference: the selected tiles as one batch, mean tile loss, one backward.
+  Tensor chosen = Tensor::empty({top, 1, 32, 32});
+  for (std::int64_t r = 0; r < top; ++r) {
+    const std::int64_t k = selected[static_cast<std::size_t>(r)];
+    chosen.slice_rows(r, r + 1).copy_from(batches[static_cast<std::size_t>(k / 4)].slice_rows(k % 4, k % 4 + 1));
+  }
+  ImageModel reference = one_graph.image_model();
+  reference.zero_grad();
+  net::ForwardContext ctx{.backend = Backend::cpu, .training = true, .keep_activations = true};
+  ctx.freeze_bn = true;
+  Tensor reference_logits = one_graph.model->head().forward(one_graph.model->encoder().forward(chosen, ctx), ctx);
+  Tensor targets = Tensor::empty({top}, DType::i32);
+  std::fill_n(targets.data<std::int32_t>(), top, label);
+  Tensor dlogits = Tensor::empty(reference_logits.shape());
+  kernels::cross_entropy(Backend::cpu, reference_logits, targets, nullptr, {}, dlogits);
+  one_graph.model->encoder().backward(one_graph.model->head().backward(dlogits));
+  const auto params = model.parameters(), reference_params = reference.parameters();
+  ASSERT_EQ(params.size(), reference_params.size());
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    if (!reference_params[i]->grad.defined()) continue;
+    ASSERT_TRUE(params[i]->grad.defined()) << params[i]->name;
+    EXPECT_LT(relative_error(params[i]->grad, reference_params[i]->grad), 1e-5) << params[i]->name;
+  }
+}
+
+TEST(InstanceVote, PooledAggregatorsHaveNoOnePassTraining) {
+  Network network = make_network({net::AggregatorKind::mean});
+  TwoPassStep step(network.image_model(), {.backend = Backend::cpu});
+  EXPECT_FALSE(step.single_pass());
+  step.begin_image(2, 0, 0);
+  EXPECT_THROW(step.train_instances_batch(testing::random_tensor({2, 1, 32, 32}, 1), 0, 1.0f), Error);
+}
+
 // Peak host allocator bytes of one two-pass image step above what was held before.
 std::size_t peak_bytes_of_step(Network& network, std::int64_t tiles, std::int64_t batch, std::int64_t size) {
   ImageModel model = network.image_model();
