@@ -74,19 +74,23 @@ Tensor TwoPassStep::select_rows() {
   net::ForwardContext score_ctx = net::ForwardContext::inference(options_.backend);
   model_.aggregator->forward(h_, score_ctx);
   scores_ = model_.aggregator->attention().to(Device::cpu());
-  const std::vector<float> a = scores_.to_vector();
+  return take_top_rows(scores_.to_vector(), options_.top_tiles);
+}
+
+Tensor TwoPassStep::take_top_rows(const std::vector<float>& scores, std::int64_t m) {
+  const std::int64_t n = h_.dim(0);
   std::vector<std::int64_t> order(static_cast<std::size_t>(n));
   for (std::int64_t k = 0; k < n; ++k) order[static_cast<std::size_t>(k)] = k;
   // Ties (identical tiles) go to the lower index, so the choice is deterministic.
-  std::partial_sort(order.begin(), order.begin() + options_.top_tiles, order.end(), [&](std::int64_t x, std::int64_t y) {
-    const float ax = a[static_cast<std::size_t>(x)], ay = a[static_cast<std::size_t>(y)];
-    return ax > ay || (ax == ay && x < y);
+  std::partial_sort(order.begin(), order.begin() + m, order.end(), [&](std::int64_t x, std::int64_t y) {
+    const float sx = scores[static_cast<std::size_t>(x)], sy = scores[static_cast<std::size_t>(y)];
+    return sx > sy || (sx == sy && x < y);
   });
-  selected_.assign(order.begin(), order.begin() + options_.top_tiles);
+  selected_.assign(order.begin(), order.begin() + m);
   std::sort(selected_.begin(), selected_.end());
   is_selected_.assign(static_cast<std::size_t>(n), false);
   for (std::int64_t k : selected_) is_selected_[static_cast<std::size_t>(k)] = true;
-  Tensor chosen = Tensor::empty({options_.top_tiles, h_.dim(1)}, DType::f32, h_.device());
+  Tensor chosen = Tensor::empty({m, h_.dim(1)}, DType::f32, h_.device());
   for (std::size_t r = 0; r < selected_.size(); ++r)
     chosen.slice_rows(static_cast<std::int64_t>(r), static_cast<std::int64_t>(r) + 1)
         .copy_from(h_.slice_rows(selected_[r], selected_[r] + 1));
@@ -112,6 +116,12 @@ void TwoPassStep::train_instances_batch(const Tensor& x, std::int64_t first_tile
            net::aggregator_kind_name(model_.aggregator->kind()));
   Tensor features = model_.encoder->forward(x, encoder_context(true, true));
   store_rows(features, first_tile);
+  // cross_entropy averages over the batch; the image's loss averages over its tiles.
+  const float share = static_cast<float>(features.dim(0)) / static_cast<float>(h_.dim(0));
+  model_.encoder->backward(tiles_as_label_gradient(features, loss_scale * share));
+}
+
+Tensor TwoPassStep::tiles_as_label_gradient(const Tensor& features, float scale) {
   net::ForwardContext ctx;
   ctx.backend = options_.backend;
   ctx.training = true;
@@ -126,9 +136,8 @@ void TwoPassStep::train_instances_batch(const Tensor& x, std::int64_t first_tile
   kernels::CrossEntropyOptions ce;
   ce.label_smoothing = options_.label_smoothing;
   kernels::cross_entropy(options_.backend, logits, targets, nullptr, ce, dlogits);
-  // cross_entropy averages over the batch; the image's loss averages over its tiles.
-  kernels::scale(options_.backend, loss_scale * static_cast<float>(rows) / static_cast<float>(h_.dim(0)), dlogits);
-  model_.encoder->backward(model_.head->backward(dlogits));
+  kernels::scale(options_.backend, scale, dlogits);
+  return model_.head->backward(dlogits);
 }
 
 // Campanella et al. 2019 (MIL for whole slides): the M tiles with the highest
@@ -137,37 +146,12 @@ void TwoPassStep::train_instances_batch(const Tensor& x, std::int64_t first_tile
 // higher, the training concentrates on them and leaves out the clutter and the other
 // objects that the plain instance loss trains with a wrong label.
 void TwoPassStep::train_top_instances(float loss_scale) {
-  const std::int64_t n = h_.dim(0), m = std::min(options_.top_tiles, n);
-  const std::vector<float> label_probability = label_probabilities_;
-  std::vector<std::int64_t> order(static_cast<std::size_t>(n));
-  for (std::int64_t k = 0; k < n; ++k) order[static_cast<std::size_t>(k)] = k;
-  std::partial_sort(order.begin(), order.begin() + m, order.end(), [&](std::int64_t x, std::int64_t y) {
-    const float px = label_probability[static_cast<std::size_t>(x)], py = label_probability[static_cast<std::size_t>(y)];
-    return px > py || (px == py && x < y);
-  });
-  selected_.assign(order.begin(), order.begin() + m);
-  std::sort(selected_.begin(), selected_.end());
-  is_selected_.assign(static_cast<std::size_t>(n), false);
-  for (std::int64_t k : selected_) is_selected_[static_cast<std::size_t>(k)] = true;
-  Tensor chosen = Tensor::empty({m, h_.dim(1)}, DType::f32, h_.device());
-  for (std::size_t r = 0; r < selected_.size(); ++r)
-    chosen.slice_rows(static_cast<std::int64_t>(r), static_cast<std::int64_t>(r) + 1)
-        .copy_from(h_.slice_rows(selected_[r], selected_[r] + 1));
-  net::ForwardContext ctx;
-  ctx.backend = options_.backend;
-  ctx.training = true;
-  ctx.keep_activations = true;
-  Tensor logits = model_.head->forward(chosen, ctx);
-  const Device device = backend_device(options_.backend);
-  Tensor targets = Tensor::empty({m}, DType::i32);
-  std::fill_n(targets.data<std::int32_t>(), m, label_);
-  targets = targets.to(device);
-  Tensor dlogits = Tensor::empty(logits.shape(), DType::f32, device);
-  kernels::CrossEntropyOptions ce;
-  ce.label_smoothing = options_.label_smoothing;
-  kernels::cross_entropy(options_.backend, logits, targets, nullptr, ce, dlogits);
-  kernels::scale(options_.backend, loss_scale, dlogits);
-  const Tensor dh = model_.head->backward(dlogits);
+  const Tensor chosen = take_top_rows(label_probabilities_, std::min(options_.top_tiles, h_.dim(0)));
+  scatter_selected_gradient(tiles_as_label_gradient(chosen, loss_scale));
+}
+
+void TwoPassStep::scatter_selected_gradient(const Tensor& dh) {
+  // The unselected rows get no gradient; pass 2 skips them.
   dh_ = Tensor::zeros(h_.shape(), DType::f32, h_.device());
   for (std::size_t r = 0; r < selected_.size(); ++r)
     dh_.slice_rows(selected_[r], selected_[r] + 1)
@@ -255,15 +239,10 @@ ImageOutcome TwoPassStep::head_forward(bool training, float loss_scale) {
     kernels::scale(options_.backend, loss_scale, dlogits);
     Tensor dz = model_.head->backward(dlogits);
     Tensor dh = model_.aggregator->backward(dz);
-    if (selected_.empty()) {
+    if (selected_.empty())
       dh_ = dh;
-    } else {
-      // The unselected rows get no gradient; pass 2 skips them.
-      dh_ = Tensor::zeros(h_.shape(), DType::f32, h_.device());
-      for (std::size_t r = 0; r < selected_.size(); ++r)
-        dh_.slice_rows(selected_[r], selected_[r] + 1)
-            .copy_from(dh.slice_rows(static_cast<std::int64_t>(r), static_cast<std::int64_t>(r) + 1));
-    }
+    else
+      scatter_selected_gradient(dh);
   }
   return outcome;
 }

@@ -114,6 +114,13 @@ class TwoPassStep {
   ImageOutcome head_forward(bool training, float loss_scale);
   ImageOutcome vote();  // the instance aggregator's image outcome from H
   void train_top_instances(float loss_scale);
+  // The head's gradient on `features` when every row is a tile labelled with the
+  // image's label (mean cross-entropy over the rows, times scale).
+  Tensor tiles_as_label_gradient(const Tensor& features, float scale);
+  // Keeps the m rows of H with the highest scores (fills selected_) and returns them.
+  Tensor take_top_rows(const std::vector<float>& scores, std::int64_t m);
+  // dL/dH from the selected rows' gradient dh [M, D]: zero elsewhere.
+  void scatter_selected_gradient(const Tensor& dh);
   Tensor select_rows();  // H, or its top_tiles rows (fills selected_)
   void pass2_selected(const Tensor& x, std::int64_t first_tile);
 
