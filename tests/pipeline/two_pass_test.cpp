@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <memory>
 
 #include "kernels/core/error.hpp"
@@ -94,6 +95,30 @@ double relative_error(const Tensor& a, const Tensor& b) {
     norm += static_cast<double>(y[i]) * y[i];
   }
   return norm == 0.0 ? std::sqrt(diff) : std::sqrt(diff / norm);
+}
+
+// The selected tiles' inputs, in selection order, from batches of `batch` tiles.
+Tensor gather_tiles(const std::vector<Tensor>& batches, const std::vector<std::int64_t>& selected, std::int64_t batch) {
+  Shape shape = batches.front().shape();
+  shape[0] = static_cast<std::int64_t>(selected.size());
+  Tensor chosen = Tensor::empty(shape);
+  for (std::size_t r = 0; r < selected.size(); ++r) {
+    const std::int64_t k = selected[r], row = static_cast<std::int64_t>(r);
+    chosen.slice_rows(row, row + 1)
+        .copy_from(batches[static_cast<std::size_t>(k / batch)].slice_rows(k % batch, k % batch + 1));
+  }
+  return chosen;
+}
+
+// Every selected tile scores at least as high as every tile left out.
+void expect_selected_score_highest(const std::vector<std::int64_t>& selected, const std::vector<double>& scores) {
+  double lowest_selected = std::numeric_limits<double>::infinity(), highest_other = -lowest_selected;
+  for (std::size_t k = 0; k < scores.size(); ++k) {
+    const bool chosen = std::find(selected.begin(), selected.end(), static_cast<std::int64_t>(k)) != selected.end();
+    if (chosen) lowest_selected = std::min(lowest_selected, scores[k]);
+    else highest_other = std::max(highest_other, scores[k]);
+  }
+  EXPECT_GE(lowest_selected, highest_other);
 }
 
 struct EquivalenceCase {
@@ -192,13 +217,7 @@ TEST(TopTiles, GradientsEqualOneGraphOnTheSelectedTiles) {
   ASSERT_EQ(selected.size(), static_cast<std::size_t>(top));
   const std::vector<float> scores = step.attention().to_vector();
   ASSERT_EQ(scores.size(), static_cast<std::size_t>(tiles)) << "attention() covers every tile";
-  float lowest_selected = 1.0f, highest_other = 0.0f;
-  for (std::int64_t k = 0; k < tiles; ++k) {
-    const bool chosen = std::find(selected.begin(), selected.end(), k) != selected.end();
-    if (chosen) lowest_selected = std::min(lowest_selected, scores[static_cast<std::size_t>(k)]);
-    else highest_other = std::max(highest_other, scores[static_cast<std::size_t>(k)]);
-  }
-  EXPECT_GE(lowest_selected, highest_other);
+  expect_selected_score_highest(selected, std::vector<double>(scores.begin(), scores.end()));
   first = 0;
   for (const auto& b : batches) {
     step.pass2_batch(b, first);
@@ -206,11 +225,7 @@ TEST(TopTiles, GradientsEqualOneGraphOnTheSelectedTiles) {
   }
 
   // The reference: the selected tiles' inputs as one image of `top` tiles.
-  Tensor chosen = Tensor::empty({top, 1, 32, 32});
-  for (std::int64_t r = 0; r < top; ++r) {
-    const std::int64_t k = selected[static_cast<std::size_t>(r)];
-    chosen.slice_rows(r, r + 1).copy_from(batches[static_cast<std::size_t>(k / 4)].slice_rows(k % 4, k % 4 + 1));
-  }
+  const Tensor chosen = gather_tiles(batches, selected, /*batch=*/4);
   ImageModel reference = one_graph.image_model();
   reference.zero_grad();
   one_graph_gradients(one_graph, {chosen}, label, /*freeze_bn=*/true, 0);
@@ -341,13 +356,7 @@ TEST(InstanceVote, TopTilesTrainTheTilesMostLikelyTheLabel) {
     for (int c = 0; c < 3; ++c) sum += std::exp(v[static_cast<std::size_t>(t * 3 + c)]);
     p_label[static_cast<std::size_t>(t)] = std::exp(v[static_cast<std::size_t>(t * 3 + label)]) / sum;
   }
-  double lowest_selected = 1.0, highest_other = 0.0;
-  for (std::int64_t t = 0; t < tiles; ++t) {
-    const bool chosen = std::find(selected.begin(), selected.end(), t) != selected.end();
-    if (chosen) lowest_selected = std::min(lowest_selected, p_label[static_cast<std::size_t>(t)]);
-    else highest_other = std::max(highest_other, p_label[static_cast<std::size_t>(t)]);
-  }
-  EXPECT_GE(lowest_selected, highest_other);
+  expect_selected_score_highest(selected, p_label);
   first = 0;
   for (const auto& b : batches) {
     step.pass2_batch(b, first);
@@ -355,11 +364,7 @@ TEST(InstanceVote, TopTilesTrainTheTilesMostLikelyTheLabel) {
   }
 
   // The reference: the selected tiles as one batch, mean tile loss, one backward.
-  Tensor chosen = Tensor::empty({top, 1, 32, 32});
-  for (std::int64_t r = 0; r < top; ++r) {
-    const std::int64_t k = selected[static_cast<std::size_t>(r)];
-    chosen.slice_rows(r, r + 1).copy_from(batches[static_cast<std::size_t>(k / 4)].slice_rows(k % 4, k % 4 + 1));
-  }
+  const Tensor chosen = gather_tiles(batches, selected, /*batch=*/4);
   ImageModel reference = one_graph.image_model();
   reference.zero_grad();
   net::ForwardContext ctx{.backend = Backend::cpu, .training = true, .keep_activations = true};
