@@ -289,10 +289,12 @@ ParameterMemory parameter_memory(Layer& layer) {
   return memory;
 }
 
-int optimizer_slots(const std::string& optimizer, double momentum) {
-  if (optimizer == "adamw") return 2;
-  if (optimizer == "sgd") return momentum != 0.0 ? 1 : 0;
-  throw Error(fmt::format("unknown optimizer '{}'; valid: sgd, adamw", optimizer));
+int optimizer_slots(OptimizerKind optimizer, double momentum) {
+  switch (optimizer) {
+    case OptimizerKind::adamw: return 2;
+    case OptimizerKind::sgd: return momentum != 0.0 ? 1 : 0;
+  }
+  return 0;
 }
 
 EncoderPlan plan_encoder(Encoder& encoder, const Shape& input, const KernelMemoryModel& kernels, bool freeze_bn) {

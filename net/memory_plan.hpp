@@ -33,6 +33,7 @@
 #include "net/footprint.hpp"
 #include "net/layer.hpp"
 #include "net/model_spec.hpp"
+#include "net/optimizer.hpp"
 
 namespace bigtrain::net {
 
@@ -172,7 +173,7 @@ ParameterMemory parameter_memory(Layer& layer);
 
 // Optimizer state tensors per parameter: AdamW 2 (exp_avg, exp_avg_sq), SGD 1 with
 // momentum (momentum_buffer), 0 without.
-int optimizer_slots(const std::string& optimizer, double momentum);
+int optimizer_slots(OptimizerKind optimizer, double momentum);
 
 // One forward (keeping activations) and backward of an input batch through the
 // encoder.

@@ -234,6 +234,20 @@ void AdamW::update(Parameter& param, ParamState& state, double lr, double weight
 
 // ---- factory ------------------------------------------------------------------
 
+const char* optimizer_kind_name(OptimizerKind kind) {
+  switch (kind) {
+    case OptimizerKind::sgd: return "sgd";
+    case OptimizerKind::adamw: return "adamw";
+  }
+  return "unknown";
+}
+
+OptimizerKind parse_optimizer_kind(const std::string& name) {
+  if (name == "sgd") return OptimizerKind::sgd;
+  if (name == "adamw") return OptimizerKind::adamw;
+  throw Error(fmt::format("unknown optimizer '{}'; valid: sgd, adamw", name));
+}
+
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, const std::vector<Parameter*>& params,
                                           Backend backend) {
   std::vector<ParamGroup> groups;
@@ -244,23 +258,25 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, const s
   } else {
     groups = split_decay_groups(params);
   }
-  if (config.kind == "sgd")
-    return std::make_unique<Sgd>(std::move(groups),
-                                 SgdOptions{.lr = config.lr,
-                                            .momentum = config.momentum,
-                                            .dampening = config.dampening,
-                                            .weight_decay = config.weight_decay,
-                                            .nesterov = config.nesterov},
-                                 backend);
-  if (config.kind == "adamw")
-    return std::make_unique<AdamW>(std::move(groups),
-                                   AdamWOptions{.lr = config.lr,
-                                                .beta1 = config.beta1,
-                                                .beta2 = config.beta2,
-                                                .epsilon = config.epsilon,
-                                                .weight_decay = config.weight_decay},
+  switch (config.kind) {
+    case OptimizerKind::sgd:
+      return std::make_unique<Sgd>(std::move(groups),
+                                   SgdOptions{.lr = config.lr,
+                                              .momentum = config.momentum,
+                                              .dampening = config.dampening,
+                                              .weight_decay = config.weight_decay,
+                                              .nesterov = config.nesterov},
                                    backend);
-  throw Error(fmt::format("unknown optimizer '{}'; valid: sgd, adamw", config.kind));
+    case OptimizerKind::adamw:
+      return std::make_unique<AdamW>(std::move(groups),
+                                     AdamWOptions{.lr = config.lr,
+                                                  .beta1 = config.beta1,
+                                                  .beta2 = config.beta2,
+                                                  .epsilon = config.epsilon,
+                                                  .weight_decay = config.weight_decay},
+                                     backend);
+  }
+  throw Error(fmt::format("unknown optimizer kind {}", static_cast<int>(config.kind)));
 }
 
 }  // namespace bigtrain::net

@@ -143,9 +143,14 @@ class AdamW final : public Optimizer {
   AdamWOptions options_;
 };
 
+enum class OptimizerKind : std::uint8_t { sgd, adamw };
+const char* optimizer_kind_name(OptimizerKind kind);
+// Throws bigtrain::Error naming the valid kinds for an unknown name.
+OptimizerKind parse_optimizer_kind(const std::string& name);
+
 // What a run config names; make_optimizer builds it.
 struct OptimizerConfig {
-  std::string kind = "adamw";  // sgd | adamw
+  OptimizerKind kind = OptimizerKind::adamw;
   double lr = 1e-3;
   double weight_decay = 0.0;
   bool decay_norm_and_bias = true;  // false: split_decay_groups

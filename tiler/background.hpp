@@ -7,6 +7,7 @@
 
 #include <opencv2/core.hpp>
 
+#include "tiler/background_mode.hpp"
 #include "tiler/image_source.hpp"
 #include "tiler/tile_reader.hpp"
 
@@ -25,18 +26,7 @@ struct Thumbnail {
 // `full_scale` > 0 overrides the image's own (ImageInfo::full_scale).
 Thumbnail make_thumbnail(const ImageSource& source, int max_side = 1024, int full_scale = 0);
 
-// How foreground is told from background on the thumbnail's grey levels:
-//   otsu           - one global cut chosen by Otsu (a clean slide: bright glass, dark tissue);
-//   fixed          - one global cut at `threshold`;
-//   local_contrast - the departure from the local background level (a large median of
-//                    the thumbnail), cut above the noise of that departure: objects on
-//                    a background whose brightness drifts or has smooth texture, where
-//                    any one global cut keeps or drops whole regions of background;
-//   none           - every pixel is foreground.
-enum class BackgroundMode { otsu, fixed, local_contrast, none };
-std::optional<BackgroundMode> parse_background_mode(const std::string& name);
-const char* background_mode_name(BackgroundMode mode);
-
+// `mode`: see tiler/background_mode.hpp.
 struct ForegroundOptions {
   BackgroundMode mode = BackgroundMode::otsu;
   // fixed: the grey level 0..255 (required). otsu: when set, used instead of Otsu's

@@ -14,12 +14,9 @@
 
 #include <opencv2/core/types.hpp>
 
+#include "tiler/border_policy.hpp"
+
 namespace bigtrain::tiler {
-
-enum class BorderPolicy { pad, shift, drop };
-
-std::optional<BorderPolicy> parse_border_policy(const std::string& name);
-const char* border_policy_name(BorderPolicy policy);
 
 struct Tile {
   cv::Rect rect;  // in the pixel coordinates of the grid's image (may pass the edge with `pad`)

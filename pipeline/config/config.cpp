@@ -30,6 +30,15 @@ std::string resolve_path(const std::string& path, const std::filesystem::path& b
   return std::filesystem::absolute(p).lexically_normal().string();
 }
 
+// A closed choice (choices.hpp), read as a string among the table's spellings (the
+// reader's message lists them) and parsed once.
+template <typename E>
+E read_choice(ConfigSection& s, std::string_view key, E fallback) {
+  std::vector<std::string> names;
+  for (const auto& choice : choices_of(fallback)) names.emplace_back(choice.name);
+  return *parse_choice<E>(s.get_choice(key, std::string(choice_name(fallback)), names));
+}
+
 DataConfig read_data(ConfigSection s, const std::filesystem::path& base) {
   DataConfig d;
   d.train = s.get_string("train", "");
@@ -45,7 +54,7 @@ DataConfig read_data(ConfigSection s, const std::filesystem::path& base) {
   if (d.std.size() != d.mean.size()) s.fail("std", "must have as many values as `mean`");
   for (double v : d.std)
     if (!(v > 0)) s.fail("std", "values must be positive");
-  d.on_bad_image = s.get_choice("on_bad_image", d.on_bad_image, {"error", "skip"});
+  d.on_bad_image = read_choice(s, "on_bad_image", d.on_bad_image);
   d.max_value = s.get_int("max_value", d.max_value, 0, 65535);
   s.finish();
   return d;
@@ -53,18 +62,18 @@ DataConfig read_data(ConfigSection s, const std::filesystem::path& base) {
 
 TilerConfig read_tiler(ConfigSection s) {
   TilerConfig t;
-  t.mode = s.get_choice("mode", t.mode, {"tiles", "resize"});
+  t.mode = read_choice(s, "mode", t.mode);
   t.tile = s.get_int("tile", t.tile, 8, 1 << 16);
   t.overlap = s.get_int("overlap", t.overlap, 0, t.tile - 1);
-  t.border = s.get_choice("border", t.border, {"pad", "drop", "shift"});
+  t.border = read_choice(s, "border", t.border);
   t.level = s.get_int("level", t.level, 0, 64);
   t.downsample = s.get_double("downsample", t.downsample, 1.0, 1024.0);
   t.min_foreground = s.get_double("min_foreground", t.min_foreground, 0.0, 1.0);
-  t.foreground = s.get_choice("foreground", t.foreground, {"dark", "bright"});
-  t.background = s.get_choice("background", t.background, {"otsu", "fixed", "local_contrast", "none"});
+  t.foreground = read_choice(s, "foreground", t.foreground);
+  t.background = read_choice(s, "background", t.background);
   t.threshold = s.get_int("threshold", t.threshold, -1, 255);
-  if (t.background == "fixed" && t.threshold < 0) s.fail("threshold", "is required with background: fixed (a grey level 0..255)");
-  if (t.background == "local_contrast" && t.threshold == 0) s.fail("threshold", "must be at least 1 with background: local_contrast (or -1: from the noise)");
+  if (t.background == tiler::BackgroundMode::fixed && t.threshold < 0) s.fail("threshold", "is required with background: fixed (a grey level 0..255)");
+  if (t.background == tiler::BackgroundMode::local_contrast && t.threshold == 0) s.fail("threshold", "must be at least 1 with background: local_contrast (or -1: from the noise)");
   t.max_tiles_per_image = s.get_int("max_tiles_per_image", t.max_tiles_per_image, 0, kIntMax);
   t.resize_size = s.get_int("resize_size", t.resize_size, 8, 1 << 16);
   t.resize_cache_mb = s.get_int("resize_cache_mb", t.resize_cache_mb, 0, std::int64_t{1} << 30);
@@ -74,18 +83,18 @@ TilerConfig read_tiler(ConfigSection s) {
 
 AggregatorConfig read_aggregator(ConfigSection s) {
   AggregatorConfig a;
-  a.kind = s.get_choice("kind", a.kind, {"mean", "max", "attention", "instance"});
+  a.kind = read_choice(s, "kind", a.kind);
   a.hidden = s.get_int("hidden", a.hidden, 1, 1 << 16);
   a.gated = s.get_bool("gated", a.gated);
   a.dropout = s.get_double("dropout", a.dropout, 0.0, 0.95);
   a.top_tiles = s.get_int("top_tiles", a.top_tiles, 0, kIntMax);
-  if (a.dropout > 0 && a.kind == "instance")
+  if (a.dropout > 0 && a.kind == net::AggregatorKind::instance)
     s.fail("dropout", "drops features of the pooled image; aggregator.kind instance pools none (it votes with the tiles' "
                       "own predictions)");
-  if (a.top_tiles > 0 && a.kind != "attention" && a.kind != "instance")
+  if (a.top_tiles > 0 && a.kind != net::AggregatorKind::attention && a.kind != net::AggregatorKind::instance)
     s.fail("top_tiles", fmt::format("ranks tiles by attention (or, for the instance vote, by the probability of the "
                                     "label); aggregator.kind {} has neither",
-                                    a.kind));
+                                    choice_name(a.kind)));
   s.finish();
   return a;
 }
@@ -106,11 +115,11 @@ TrainConfig read_train(ConfigSection s) {
   t.epochs = s.get_int("epochs", t.epochs, 1, 1'000'000);
   t.images_per_step = s.get_int("images_per_step", t.images_per_step, 1, 1'000'000);
   t.tile_batch = s.get_int("tile_batch", t.tile_batch, 1, 1 << 20);
-  t.optimizer = s.get_choice("optimizer", t.optimizer, {"sgd", "adamw"});
+  t.optimizer = read_choice(s, "optimizer", t.optimizer);
   t.lr = s.get_double("lr", t.lr, 0.0, 100.0);
   t.momentum = s.get_double("momentum", t.momentum, 0.0, 1.0);
   t.weight_decay = s.get_double("weight_decay", t.weight_decay, 0.0, 10.0);
-  t.schedule = s.get_choice("schedule", t.schedule, {"constant", "cosine", "step"});
+  t.schedule = read_choice(s, "schedule", t.schedule);
   t.warmup_steps = s.get_int("warmup_steps", t.warmup_steps, 0, kIntMax);
   t.step_gamma = s.get_double("step_gamma", t.step_gamma, 0.0, 1.0);
   t.step_every_epochs = s.get_int("step_every_epochs", t.step_every_epochs, 1, kIntMax);
@@ -127,9 +136,8 @@ TrainConfig read_train(ConfigSection s) {
   t.freeze_bn = s.get_bool("freeze_bn", t.freeze_bn);
   t.bn_calibration_images = s.get_int("bn_calibration_images", t.bn_calibration_images, 0, kIntMax);
   t.diagnostics = s.get_bool("diagnostics", t.diagnostics);
-  t.best_metric =
-      s.get_choice("best_metric", t.best_metric, {"val_accuracy", "val_balanced_accuracy", "val_loss", "val_auc"});
-  t.precision = s.get_choice("precision", t.precision, {"fp32", "bf16", "fp16"});
+  t.best_metric = read_choice(s, "best_metric", t.best_metric);
+  t.precision = read_choice(s, "precision", t.precision);
   {
     ConfigSection l = s.section("loss_scale");
     // Powers of two keep scaling and unscaling exact; GradScaler allows any value.
@@ -162,15 +170,15 @@ OutputConfig read_output(ConfigSection s) {
 
 void emit_tiler(YAML::Emitter& out, const TilerConfig& t) {
   out << YAML::BeginMap;
-  out << YAML::Key << "mode" << YAML::Value << t.mode;
+  out << YAML::Key << "mode" << YAML::Value << std::string(choice_name(t.mode));
   out << YAML::Key << "tile" << YAML::Value << t.tile;
   out << YAML::Key << "overlap" << YAML::Value << t.overlap;
-  out << YAML::Key << "border" << YAML::Value << t.border;
+  out << YAML::Key << "border" << YAML::Value << std::string(choice_name(t.border));
   out << YAML::Key << "level" << YAML::Value << t.level;
   out << YAML::Key << "downsample" << YAML::Value << t.downsample;
   out << YAML::Key << "min_foreground" << YAML::Value << t.min_foreground;
-  out << YAML::Key << "foreground" << YAML::Value << t.foreground;
-  out << YAML::Key << "background" << YAML::Value << t.background;
+  out << YAML::Key << "foreground" << YAML::Value << std::string(choice_name(t.foreground));
+  out << YAML::Key << "background" << YAML::Value << std::string(choice_name(t.background));
   out << YAML::Key << "threshold" << YAML::Value << t.threshold;
   out << YAML::Key << "max_tiles_per_image" << YAML::Value << t.max_tiles_per_image;
   out << YAML::Key << "resize_size" << YAML::Value << t.resize_size;
@@ -203,7 +211,7 @@ Config parse_node(YAML::Node root, std::shared_ptr<ConfigOrigin> origin, const s
                             "sub-batches, whose BatchNorm batch statistics would differ from pass 1's)");
   // bf16 on the CPU depends on the machine (AVX512_BF16): the trainer checks it, as
   // it checks fp16 with device: auto on a machine without a GPU.
-  if (config.train.precision == "fp16" && config.device.type == "cpu")
+  if (config.train.precision == DType::f16 && config.device.type == "cpu")
     train.fail("precision", "fp16 needs device: cuda (the CPU backend computes in float32, or in bf16 on CPUs "
                             "with AVX512_BF16); use precision fp32 or bf16 with device: cpu");
   config.output = read_output(top.section("output"));
@@ -272,7 +280,7 @@ std::string config_to_yaml(const Config& c) {
   out << YAML::Key << "classes" << YAML::Value << YAML::Flow << c.data.classes;
   out << YAML::Key << "mean" << YAML::Value << YAML::Flow << c.data.mean;
   out << YAML::Key << "std" << YAML::Value << YAML::Flow << c.data.std;
-  out << YAML::Key << "on_bad_image" << YAML::Value << c.data.on_bad_image;
+  out << YAML::Key << "on_bad_image" << YAML::Value << std::string(choice_name(c.data.on_bad_image));
   out << YAML::Key << "max_value" << YAML::Value << c.data.max_value;
   out << YAML::EndMap;
 
@@ -282,7 +290,7 @@ std::string config_to_yaml(const Config& c) {
   if (c.model.IsDefined() && !c.model.IsNull()) out << YAML::Key << "model" << YAML::Value << c.model;
 
   out << YAML::Key << "aggregator" << YAML::Value << YAML::BeginMap;
-  out << YAML::Key << "kind" << YAML::Value << c.aggregator.kind;
+  out << YAML::Key << "kind" << YAML::Value << std::string(choice_name(c.aggregator.kind));
   out << YAML::Key << "hidden" << YAML::Value << c.aggregator.hidden;
   out << YAML::Key << "gated" << YAML::Value << c.aggregator.gated;
   out << YAML::Key << "dropout" << YAML::Value << c.aggregator.dropout;
@@ -294,11 +302,11 @@ std::string config_to_yaml(const Config& c) {
   out << YAML::Key << "epochs" << YAML::Value << t.epochs;
   out << YAML::Key << "images_per_step" << YAML::Value << t.images_per_step;
   out << YAML::Key << "tile_batch" << YAML::Value << t.tile_batch;
-  out << YAML::Key << "optimizer" << YAML::Value << t.optimizer;
+  out << YAML::Key << "optimizer" << YAML::Value << std::string(choice_name(t.optimizer));
   out << YAML::Key << "lr" << YAML::Value << t.lr;
   out << YAML::Key << "momentum" << YAML::Value << t.momentum;
   out << YAML::Key << "weight_decay" << YAML::Value << t.weight_decay;
-  out << YAML::Key << "schedule" << YAML::Value << t.schedule;
+  out << YAML::Key << "schedule" << YAML::Value << std::string(choice_name(t.schedule));
   out << YAML::Key << "warmup_steps" << YAML::Value << t.warmup_steps;
   out << YAML::Key << "step_gamma" << YAML::Value << t.step_gamma;
   out << YAML::Key << "step_every_epochs" << YAML::Value << t.step_every_epochs;
@@ -319,8 +327,8 @@ std::string config_to_yaml(const Config& c) {
   out << YAML::Key << "freeze_bn" << YAML::Value << t.freeze_bn;
   out << YAML::Key << "bn_calibration_images" << YAML::Value << t.bn_calibration_images;
   out << YAML::Key << "diagnostics" << YAML::Value << t.diagnostics;
-  out << YAML::Key << "best_metric" << YAML::Value << t.best_metric;
-  out << YAML::Key << "precision" << YAML::Value << t.precision;
+  out << YAML::Key << "best_metric" << YAML::Value << std::string(choice_name(t.best_metric));
+  out << YAML::Key << "precision" << YAML::Value << std::string(choice_name(t.precision));
   out << YAML::Key << "loss_scale" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "init" << YAML::Value << t.loss_scale.init;
   out << YAML::Key << "growth_interval" << YAML::Value << t.loss_scale.growth_interval;

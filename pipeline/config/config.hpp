@@ -1,6 +1,7 @@
 #pragma once
 // The configuration of one run, read from one YAML file plus `--set a.b=value`
-// overrides, validated strictly (see config_reader.hpp). Every field has the default
+// overrides, validated strictly (see config_reader.hpp); closed choices are parsed
+// once into enums (choices.hpp). Every field has the default
 // written here; the resolved config (defaults filled in) is saved in the run
 // directory so a run can always be repeated from its own folder.
 #include <cstdint>
@@ -8,6 +9,8 @@
 #include <vector>
 
 #include <yaml-cpp/yaml.h>
+
+#include "pipeline/config/choices.hpp"
 
 namespace bigtrain {
 
@@ -26,21 +29,21 @@ struct DataConfig {
   // The pixel value that is full brightness (1.0 before normalisation) for every
   // image; 0: each image's own (SMaxSampleValue/MaxSampleValue, else 255 or 65535).
   std::int64_t max_value = 0;
-  std::string on_bad_image = "error";  // error | skip
+  OnBadImage on_bad_image = OnBadImage::error;  // error | skip
 };
 
 struct TilerConfig {
-  std::string mode = "tiles";  // tiles | resize (the whole image resized to resize_size, the baseline)
+  TilerMode mode = TilerMode::tiles;  // tiles | resize (the whole image resized to resize_size, the baseline)
   std::int64_t tile = 256;
   std::int64_t overlap = 0;
-  std::string border = "pad";  // pad | drop | shift: what the last row/column of tiles does at the image edge
+  tiler::BorderPolicy border = tiler::BorderPolicy::pad;  // pad | drop | shift: the last row/column of tiles at the image edge
   std::int64_t level = 0;      // pyramid level read
   double downsample = 1.0;     // extra downsampling of the read level
   double min_foreground = 0.0; // tiles with a smaller foreground fraction are dropped (0: keep all)
-  std::string foreground = "dark";  // dark (tissue on a bright slide) | bright (objects on black)
+  Foreground foreground = Foreground::dark;  // dark (tissue on a bright slide) | bright (objects on black)
   // otsu | fixed | local_contrast | none: how the thumbnail's foreground is found
   // (tiler/background.hpp); used when min_foreground > 0.
-  std::string background = "otsu";
+  tiler::BackgroundMode background = tiler::BackgroundMode::otsu;
   // fixed: the grey level (0..255 on the thumbnail) between background and
   // foreground; local_contrast: the least departure from the local background, in
   // grey levels; -1: Otsu's cut / chosen from the noise.
@@ -54,7 +57,7 @@ struct TilerConfig {
 };
 
 struct AggregatorConfig {
-  std::string kind = "attention";  // mean | max | attention | instance
+  net::AggregatorKind kind = net::AggregatorKind::attention;  // mean | max | attention | instance
   std::int64_t hidden = 128;       // attention only
   bool gated = true;               // attention only: Ilse et al.'s gated variant
   double dropout = 0.0;            // on the aggregated feature, training only
@@ -89,11 +92,11 @@ struct TrainConfig {
   std::int64_t epochs = 10;
   std::int64_t images_per_step = 1;
   std::int64_t tile_batch = 16;
-  std::string optimizer = "adamw";  // sgd | adamw
+  net::OptimizerKind optimizer = net::OptimizerKind::adamw;  // sgd | adamw
   double lr = 1e-3;
   double momentum = 0.9;  // sgd only
   double weight_decay = 1e-4;
-  std::string schedule = "cosine";  // constant | cosine | step
+  net::LrScheduleKind schedule = net::LrScheduleKind::cosine;  // constant | cosine | step
   std::int64_t warmup_steps = 0;
   double step_gamma = 0.1;            // schedule step only
   std::int64_t step_every_epochs = 10;  // schedule step only
@@ -106,12 +109,12 @@ struct TrainConfig {
   // With freeze_bn and a freshly initialised encoder, the running statistics are
   // estimated from this many training images before the first step (0: off).
   std::int64_t bn_calibration_images = 0;
-  std::string best_metric = "val_accuracy";  // val_accuracy | val_balanced_accuracy | val_loss | val_auc
+  BestMetric best_metric = BestMetric::val_accuracy;  // val_accuracy | val_balanced_accuracy | val_loss | val_auc
   // fp32 | bf16 | fp16: the compute type of the encoder's convolutions (float32
   // master weights and activations between layers; see kernels/conv2d.hpp). bf16
   // needs device: cuda or a CPU with AVX512_BF16; fp16 needs device: cuda and uses
   // dynamic loss scaling (loss_scale).
-  std::string precision = "fp32";
+  DType precision = DType::f32;
   LossScaleConfig loss_scale;
   // Writes diagnostics.csv and gradients.csv into the run directory (attention
   // entropy, evidence tiles, gradient norms per weight; pipeline/train/training_diagnostics.hpp).

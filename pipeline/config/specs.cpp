@@ -1,10 +1,12 @@
 #include "pipeline/config/specs.hpp"
 
+#include "kernels/core/error.hpp"
+
 namespace bigtrain {
 
 net::AggregatorSpec aggregator_spec(const AggregatorConfig& config) {
   net::AggregatorSpec spec;
-  spec.kind = net::parse_aggregator_kind(config.kind);
+  spec.kind = config.kind;
   spec.hidden = config.hidden;
   spec.gated = config.gated;
   spec.dropout = static_cast<float>(config.dropout);
@@ -12,9 +14,9 @@ net::AggregatorSpec aggregator_spec(const AggregatorConfig& config) {
 }
 
 DType precision_dtype(const std::string& precision) {
-  if (precision == "bf16") return DType::bf16;
-  if (precision == "fp16") return DType::f16;
-  return DType::f32;
+  const auto dtype = parse_choice<DType>(precision);
+  BT_CHECK(dtype.has_value(), "precision '{}' is not one of fp32, bf16, fp16", precision);
+  return *dtype;
 }
 
 }  // namespace bigtrain

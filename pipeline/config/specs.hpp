@@ -12,8 +12,8 @@ namespace bigtrain {
 
 net::AggregatorSpec aggregator_spec(const AggregatorConfig& config);
 
-// train.precision (fp32 | bf16 | fp16, checked by the reader) as the compute type of
-// the encoder's convolutions.
+// A precision named outside a config (`bigtrain bench-model --precision bf16`) as the
+// compute type of the encoder's convolutions; a config's train.precision is one already.
 DType precision_dtype(const std::string& precision);
 
 }  // namespace bigtrain

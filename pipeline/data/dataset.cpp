@@ -218,7 +218,7 @@ void stratified_split(const std::vector<Sample>& all, std::size_t num_classes, d
 
 Dataset load_dataset(const DataConfig& config, std::uint64_t seed, ImageCheck check) {
   Dataset dataset;
-  const bool skip_bad = config.on_bad_image == "skip";
+  const bool skip_bad = config.on_bad_image == OnBadImage::skip;
   const auto train_entries = read_split(config.train);
   dataset.classes = config.classes.empty() ? classes_from_labels(train_entries) : config.classes;
   {

@@ -13,11 +13,10 @@ namespace bigtrain {
 
 tiler::ForegroundOptions foreground_options(const TilerConfig& config) {
   tiler::ForegroundOptions options;
-  const auto mode = tiler::parse_background_mode(config.background);
-  BT_CHECK(mode.has_value(), "unknown tiler.background '{}'", config.background);
-  options.mode = *mode;
-  if (config.threshold >= 0 && *mode != tiler::BackgroundMode::otsu) options.threshold = static_cast<int>(config.threshold);
-  options.dark_foreground = config.foreground == "dark";
+  options.mode = config.background;
+  if (config.threshold >= 0 && config.background != tiler::BackgroundMode::otsu)
+    options.threshold = static_cast<int>(config.threshold);
+  options.dark_foreground = config.foreground == Foreground::dark;
   return options;
 }
 
@@ -29,7 +28,7 @@ ImagePlan plan_image(const std::string& path, const TilerConfig& config, bool tr
   plan.augment_seed = augment_seed;
   const tiler::ImageInfo& info = plan.source->info();
   plan.full_scale = max_value > 0 ? static_cast<int>(max_value) : info.full_scale();
-  if (config.mode == "resize") {
+  if (config.mode == TilerMode::resize) {
     // The baseline: the whole image at resize_size x resize_size as one "tile".
     const double factor = std::max(static_cast<double>(info.width()), static_cast<double>(info.height())) /
                           static_cast<double>(config.resize_size);
@@ -55,13 +54,11 @@ ImagePlan plan_image(const std::string& path, const TilerConfig& config, bool tr
                                           : tiler::sampling_at_level(info, static_cast<int>(config.level));
   if (config.level > 0 && config.downsample > 1.0)
     throw Error(fmt::format("{}: set tiler.level or tiler.downsample, not both", path));
-  const auto border = tiler::parse_border_policy(config.border);
-  BT_CHECK(border.has_value(), "unknown tiler.border '{}'", config.border);
   tiler::TileGrid grid(plan.sampling.width, plan.sampling.height, static_cast<int>(config.tile),
-                       static_cast<int>(config.overlap), *border);
+                       static_cast<int>(config.overlap), config.border);
   plan.tile_size = static_cast<int>(config.tile);
   plan.grid_tiles = static_cast<std::int64_t>(grid.tiles().size());
-  if (config.min_foreground > 0 && config.background != "none") {
+  if (config.min_foreground > 0 && config.background != tiler::BackgroundMode::none) {
     const tiler::Thumbnail thumbnail = tiler::make_thumbnail(*plan.source, 1024, plan.full_scale);
     const tiler::ForegroundMask mask = tiler::foreground_mask(thumbnail, foreground_options(config));
     for (const auto& tile : grid.tiles())
@@ -74,7 +71,7 @@ ImagePlan plan_image(const std::string& path, const TilerConfig& config, bool tr
   if (plan.tiles.empty())
     throw Error(fmt::format("{}: no tile left of {} after background filtering (tiler.background = {}, "
                             "tiler.min_foreground = {})",
-                            path, plan.grid_tiles, config.background, config.min_foreground));
+                            path, plan.grid_tiles, choice_name(config.background), config.min_foreground));
   const auto limit = static_cast<std::size_t>(config.max_tiles_per_image);
   if (training && limit > 0 && plan.tiles.size() > limit) {
     std::vector<std::size_t> order(plan.tiles.size());

@@ -1,6 +1,7 @@
 #include "pipeline/engine/checkpoint_metadata.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
@@ -37,6 +38,17 @@ T json_field(const std::string& path, const std::string& key, const Json& object
   }
 }
 
+// A closed choice of the tiling (choices.hpp), spelt as a config spells it.
+template <typename E>
+E json_choice(const std::string& path, const std::string& key, const Json& object, const char* field, E fallback) {
+  const std::string name = json_field(path, key, object, field, std::string(choice_name(fallback)));
+  if (const auto value = parse_choice<E>(name)) return *value;
+  std::vector<std::string_view> names;
+  for (const auto& choice : choices_of(fallback)) names.push_back(choice.name);
+  throw Error(fmt::format("{}: metadata `{}`.{} must be one of {}, got '{}'", path, key, field,
+                          fmt::join(names, " | "), name));
+}
+
 std::vector<double> number_list(const std::string& path, const Json& normalization, const char* field) {
   const Json& list = normalization.contains(field) ? normalization.at(field) : Json();
   if (!list.is_array() || list.empty())
@@ -58,7 +70,7 @@ void read_run_config(CheckpointMetadata& m, const std::string& path) {
     m.max_value = config.data.max_value;
     m.tile_batch = config.train.tile_batch;
     m.label_smoothing = config.train.label_smoothing;
-    m.precision = config.train.precision;
+    m.precision = choice_name(config.train.precision);
   } catch (const Error& error) {
     spdlog::warn("{}: metadata `config` is ignored: {}", path, error.what());
   }
@@ -68,14 +80,14 @@ void read_tiler_json(CheckpointMetadata& m, const std::string& path, const std::
   const Json t = parse_json(path, "tiler", text);
   if (!t.is_object()) throw Error(fmt::format("{}: metadata `tiler` must be a JSON object", path));
   TilerConfig& tc = m.tiler;
-  tc.mode = json_field(path, "tiler", t, "mode", tc.mode);
+  tc.mode = json_choice(path, "tiler", t, "mode", tc.mode);
   tc.tile = json_field(path, "tiler", t, "tile", tc.tile);
   tc.overlap = json_field(path, "tiler", t, "overlap", tc.overlap);
-  tc.border = json_field(path, "tiler", t, "border", tc.border);
+  tc.border = json_choice(path, "tiler", t, "border", tc.border);
   tc.level = json_field(path, "tiler", t, "level", tc.level);
   tc.downsample = json_field(path, "tiler", t, "downsample", tc.downsample);
   tc.min_foreground = json_field(path, "tiler", t, "min_foreground", tc.min_foreground);
-  tc.foreground = json_field(path, "tiler", t, "foreground", tc.foreground);
+  tc.foreground = json_choice(path, "tiler", t, "foreground", tc.foreground);
   tc.resize_size = json_field(path, "tiler", t, "resize_size", tc.resize_size);
   m.tile_batch = json_field(path, "tiler", t, "tile_batch", m.tile_batch);
 }
@@ -95,7 +107,7 @@ CheckpointMetadata checkpoint_metadata_of_run(const Config& config, const net::M
   m.max_value = config.data.max_value;
   m.tile_batch = config.train.tile_batch;
   m.label_smoothing = config.train.label_smoothing;
-  m.precision = config.train.precision;
+  m.precision = choice_name(config.train.precision);
   m.run_config = config_to_yaml(config);
   return m;
 }
@@ -115,14 +127,14 @@ net::Metadata to_safetensors_metadata(const CheckpointMetadata& m) {
     metadata["config"] = m.run_config;
   } else {
     const TilerConfig& t = m.tiler;
-    metadata["tiler"] = Json{{"mode", t.mode},
+    metadata["tiler"] = Json{{"mode", std::string(choice_name(t.mode))},
                              {"tile", t.tile},
                              {"overlap", t.overlap},
-                             {"border", t.border},
+                             {"border", std::string(choice_name(t.border))},
                              {"level", t.level},
                              {"downsample", t.downsample},
                              {"min_foreground", t.min_foreground},
-                             {"foreground", t.foreground},
+                             {"foreground", std::string(choice_name(t.foreground))},
                              {"resize_size", t.resize_size},
                              {"tile_batch", m.tile_batch}}
                             .dump();

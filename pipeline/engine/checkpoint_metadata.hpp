@@ -48,8 +48,9 @@ CheckpointMetadata checkpoint_metadata_of_run(const Config& config, const net::M
 
 net::Metadata to_safetensors_metadata(const CheckpointMetadata& metadata);
 
-// Throws Error naming `path` and the key on a missing or malformed key. The tiling
-// is not validated here: callers apply their overrides first (override_tiler).
+// Throws Error naming `path` and the key on a missing or malformed key (a tiling
+// choice no config names among them). The tiling's numbers are not validated here:
+// callers apply their overrides first (override_tiler).
 CheckpointMetadata parse_checkpoint_metadata(const net::Metadata& metadata, const std::string& path);
 
 }  // namespace bigtrain

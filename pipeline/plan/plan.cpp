@@ -149,7 +149,7 @@ StepMemory step_memory(PlannedModel& model, const PlanInputs& in, std::int64_t t
 }
 
 // The encoder's input edge: the tile, or the resized image in resize mode.
-std::int64_t input_edge(const PlanInputs& in) { return in.mode == "resize" ? in.resize_size : in.tile; }
+std::int64_t input_edge(const PlanInputs& in) { return in.mode == TilerMode::resize ? in.resize_size : in.tile; }
 
 struct Grid {
   std::int64_t width = 0, height = 0, cols = 0, rows = 0, tiles = 0;
@@ -160,13 +160,11 @@ Grid image_grid(const PlanInputs& in, std::int64_t tile) {
   const double factor = std::max(1.0, in.downsample);
   g.width = std::max<std::int64_t>(1, std::llround(static_cast<double>(*in.image_width) / factor));
   g.height = std::max<std::int64_t>(1, std::llround(static_cast<double>(*in.image_height) / factor));
-  if (in.mode == "resize") {
+  if (in.mode == TilerMode::resize) {
     g.cols = g.rows = g.tiles = 1;
     return g;
   }
-  const auto border = tiler::parse_border_policy(in.border);
-  BT_CHECK(border.has_value(), "tiler.border '{}' is not one of pad, drop, shift", in.border);
-  const tiler::TileGrid grid(g.width, g.height, static_cast<int>(tile), static_cast<int>(in.overlap), *border);
+  const tiler::TileGrid grid(g.width, g.height, static_cast<int>(tile), static_cast<int>(in.overlap), in.border);
   g.cols = grid.cols();
   g.rows = grid.rows();
   g.tiles = static_cast<std::int64_t>(grid.tiles().size());
@@ -182,7 +180,7 @@ std::int64_t tiles_for(const PlanInputs& in, std::int64_t tile, std::int64_t til
 std::optional<std::size_t> peak_or_none(PlannedModel& model, const PlanInputs& in, std::int64_t tile,
                                         std::int64_t tile_batch) {
   try {
-    if (in.mode != "resize" && in.overlap >= tile) return std::nullopt;
+    if (in.mode != TilerMode::resize && in.overlap >= tile) return std::nullopt;
     const std::int64_t tiles = tiles_for(in, tile, tile_batch);
     if (tiles <= 0) return std::nullopt;
     return step_memory(model, in, tile, std::min(tile_batch, tiles), tiles).peak;
@@ -242,7 +240,6 @@ StepMemory whole_image_memory(PlannedModel& model, const PlanInputs& in, std::in
 }  // namespace
 
 TrainingPlan plan_training(const PlanInputs& in, std::optional<std::size_t> memory_budget) {
-  BT_CHECK(in.mode == "tiles" || in.mode == "resize", "plan: tiler.mode '{}' is not tiles or resize", in.mode);
   BT_CHECK(in.tile_batch > 0, "plan: train.tile_batch must be positive, got {}", in.tile_batch);
   TrainingPlan plan;
   plan.inputs = in;
@@ -294,7 +291,7 @@ TrainingPlan plan_training(const PlanInputs& in, std::optional<std::size_t> memo
     budget.budget = *memory_budget;
     const std::int64_t batch_limit = grid ? std::max<std::int64_t>(1, grid->tiles) : std::int64_t{1} << 16;
     budget.max_tile_batch = max_batch(model, in, plan.tile, budget.budget, batch_limit);
-    if (in.mode == "tiles") {
+    if (in.mode == TilerMode::tiles) {
       const std::int64_t tile_limit = grid ? std::max(grid->width, grid->height) : 8192;
       for (std::int64_t tile = 32; tile <= std::max<std::int64_t>(32, tile_limit); tile += 32) {
         const auto peak = peak_or_none(model, in, tile, in.tile_batch);
@@ -356,12 +353,12 @@ nlohmann::json to_json(const TrainingPlan& plan) {
           {"maxpool", in.model.encoder.stem.maxpool}}},
         {"parameters", plan.encoder.parameters.count}}},
       {"backend", backend_name(in.backend)},
-      {"mode", in.mode},
+      {"mode", std::string(choice_name(in.mode))},
       {"tile", plan.tile},
       {"overlap", in.overlap},
       {"tile_batch", plan.tile_batch},
       {"tiles", plan.tiles},
-      {"optimizer", in.optimizer},
+      {"optimizer", std::string(choice_name(in.optimizer))},
       {"aggregator", net::aggregator_kind_name(in.aggregator.kind)},
       {"layers", layers},
       {"tile_batch_flops", {{"forward", plan.encoder.forward_flops}, {"backward", plan.encoder.backward_flops}}},
@@ -405,7 +402,7 @@ std::string format_plan(const TrainingPlan& plan) {
   line("{} ({} input channel{}, stem {}x{}/{}{}), {} parameters; {} aggregator, {} classes; {} on {}", spec.preset,
        spec.in_channels, spec.in_channels == 1 ? "" : "s", spec.stem.kernel, spec.stem.kernel, spec.stem.stride,
        spec.stem.maxpool ? " + maxpool" : "", plan.encoder.parameters.count, net::aggregator_kind_name(in.aggregator.kind),
-       in.model.num_classes, in.optimizer, backend_name(in.backend));
+       in.model.num_classes, choice_name(in.optimizer), backend_name(in.backend));
   line("");
   line("Per layer, one tile batch [{}, {}, {}, {}]:", plan.tile_batch, spec.in_channels, plan.tile, plan.tile);
   line("{:<24} {:<14} {:<20} {:>11} {:>11} {:>11} {:>12}", "layer", "kind", "output", "activation", "kept",
@@ -425,7 +422,7 @@ std::string format_plan(const TrainingPlan& plan) {
     line("{}: peak {}", title, format_bytes(m.peak));
     line("  weights + BatchNorm statistics {:>11}", format_bytes(m.parameters));
     line("  gradients                      {:>11}", format_bytes(m.gradients));
-    line("  {:<31}{:>11}", fmt::format("optimizer state ({})", in.optimizer), format_bytes(m.optimizer_state));
+    line("  {:<31}{:>11}", fmt::format("optimizer state ({})", choice_name(in.optimizer)), format_bytes(m.optimizer_state));
     if (m.workspace) line("  cuDNN workspace (limit)        {:>11}", format_bytes(m.workspace));
     line("  activations at the peak        {:>11}  (kept for backward: {}; tile features and gradients: {})",
          format_bytes(m.activations), format_bytes(m.kept_activations), format_bytes(m.features));
@@ -458,7 +455,7 @@ std::string format_plan(const TrainingPlan& plan) {
          plan.step.peak <= b.budget ? "fits" : "does NOT fit",
          fmt::format("{:.0f}%", 100.0 * static_cast<double>(plan.step.peak) / static_cast<double>(b.budget)));
     line("  largest tile batch at tile {}: {}", plan.tile, b.max_tile_batch);
-    if (in.mode == "tiles") {
+    if (in.mode == TilerMode::tiles) {
       line("  largest tile (multiple of 32) at tile batch {}: {}", in.tile_batch, b.max_tile);
       std::string rows;
       for (const auto& row : b.batch_by_tile) rows += fmt::format("  {}: {}", row.tile, row.max_batch);

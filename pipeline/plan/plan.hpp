@@ -31,13 +31,13 @@ namespace bigtrain {
 struct PlanInputs {
   net::ModelSpec model;
   net::AggregatorSpec aggregator;
-  std::string optimizer = "adamw";
+  net::OptimizerKind optimizer = net::OptimizerKind::adamw;
   double momentum = 0.9;
   bool freeze_bn = false;
-  std::string mode = "tiles";  // tiles | resize
+  TilerMode mode = TilerMode::tiles;
   std::int64_t tile = 256;
   std::int64_t overlap = 0;
-  std::string border = "pad";
+  tiler::BorderPolicy border = tiler::BorderPolicy::pad;
   double downsample = 1.0;
   std::int64_t resize_size = 224;
   std::int64_t tile_batch = 16;

@@ -61,12 +61,14 @@ std::string format_optional(const std::optional<double>& value) {
   return value ? fmt::format("{:.6f}", *value) : std::string();
 }
 
-double metric_value(const ClassificationMetrics& m, const std::string& name) {
-  if (name == "val_accuracy") return m.accuracy;
-  if (name == "val_balanced_accuracy") return m.balanced_accuracy;
-  if (name == "val_loss") return m.loss;
-  if (name == "val_auc") return m.auc.value_or(0.5);
-  throw Error(fmt::format("unknown best_metric '{}'", name));
+double metric_value(const ClassificationMetrics& m, BestMetric metric) {
+  switch (metric) {
+    case BestMetric::val_accuracy: return m.accuracy;
+    case BestMetric::val_balanced_accuracy: return m.balanced_accuracy;
+    case BestMetric::val_loss: return m.loss;
+    case BestMetric::val_auc: return m.auc.value_or(0.5);
+  }
+  throw Error(fmt::format("unknown best_metric {}", static_cast<int>(metric)));
 }
 
 // Thrown at an optimizer-step boundary (or between evaluated images) when a stop was
@@ -519,17 +521,17 @@ Trainer::Trainer(Config config, bool resume, std::optional<Backend> backend) : s
   // cuda without a usable GPU is an error saying why; auto takes the GPU when there is one.
   s.backend = backend ? *backend : kernels::select_backend(c.device.type);
   spdlog::info("device: {}", kernels::describe_backend_choice(s.backend));
-  const DType compute_dtype = precision_dtype(c.train.precision);
+  const DType compute_dtype = c.train.precision;
   // Before building anything: the CPU's bf16 depends on its instruction set.
   if (const std::string why = kernels::why_backend_cannot_run(s.backend, compute_dtype); !why.empty())
-    throw Error(fmt::format("{}: train.precision {} with device: {} ({}): {}", c.source, c.train.precision,
+    throw Error(fmt::format("{}: train.precision {} with device: {} ({}): {}", c.source, choice_name(c.train.precision),
                             c.device.type, kernels::describe_backend_choice(s.backend), why));
   LossScalerOptions scaling;
   scaling.enabled = compute_dtype == DType::f16;
   scaling.init_scale = c.train.loss_scale.init;
   scaling.growth_interval = c.train.loss_scale.growth_interval;
   s.loss_scaler = LossScaler(scaling);
-  spdlog::info("precision: {}{}", c.train.precision,
+  spdlog::info("precision: {}{}", choice_name(c.train.precision),
                compute_dtype == DType::f32 ? " (float32 throughout)"
                : scaling.enabled
                    ? fmt::format(" (encoder convolutions in float16, float32 master weights; dynamic loss scale from "
@@ -587,7 +589,7 @@ Trainer::Trainer(Config config, bool resume, std::optional<Backend> backend) : s
   optimizer.decay_norm_and_bias = false;
   s.optimizer = net::make_optimizer(optimizer, s.image_model.parameters(), s.backend);
   net::LrScheduleConfig schedule;
-  schedule.kind = net::parse_lr_schedule_kind(c.train.schedule);
+  schedule.kind = c.train.schedule;
   schedule.warmup_steps = c.train.warmup_steps;
   const std::int64_t total_steps = s.steps_per_epoch() * c.train.epochs;
   schedule.t_max = std::max<std::int64_t>(1, total_steps - c.train.warmup_steps);
@@ -670,7 +672,7 @@ Trainer::Trainer(Config config, bool resume, std::optional<Backend> backend) : s
                  world().description(), c.train.images_per_step);
   spdlog::info("{} classes, {} training / {} validation / {} test images; encoder {} ({} features), aggregator {}",
                s.dataset.classes.size(), s.dataset.train.size(), s.dataset.val.size(), s.dataset.test.size(),
-               spec.encoder.preset, s.model->encoder().feature_dim(), c.aggregator.kind);
+               spec.encoder.preset, s.model->encoder().feature_dim(), choice_name(c.aggregator.kind));
 }
 
 Trainer::~Trainer() = default;
@@ -683,7 +685,7 @@ TrainOutcome Trainer::run() {
   State& s = *state_;
   const Config& c = s.config;
   TrainOutcome outcome;
-  const bool higher_is_better = c.train.best_metric != "val_loss";
+  const bool higher_is_better = c.train.best_metric != BestMetric::val_loss;
   std::int64_t run_this_time = 0;
   try {
   while (s.epochs_done < c.train.epochs) {
@@ -725,7 +727,7 @@ TrainOutcome Trainer::run() {
                  100.0 * train.wait_seconds / std::max(train.seconds, 1e-9));
     if (c.train.early_stopping.patience > 0 && s.epochs_without_improvement >= c.train.early_stopping.patience) {
       spdlog::info("early stopping: {} epochs without improvement of {}", s.epochs_without_improvement,
-                   c.train.best_metric);
+                   choice_name(c.train.best_metric));
       outcome.stopped_early = true;
       break;
     }

@@ -168,7 +168,7 @@ nlohmann::json run_model(const std::string& preset, std::int64_t tile, std::int6
     // Forward, backward of weights and of data (not of the image: the stem's input
     // gradient is skipped, as in PyTorch when the input does not require grad).
     flop_per_iter = 3.0 * flops.forward - flops.stem_forward;
-    auto optimizer = net::make_optimizer({.kind = "sgd", .lr = 0.01, .weight_decay = 1e-4, .momentum = 0.9},
+    auto optimizer = net::make_optimizer({.kind = net::OptimizerKind::sgd, .lr = 0.01, .weight_decay = 1e-4, .momentum = 0.9},
                                          model.parameters(), backend);
     const auto ctx = net::ForwardContext::train(backend);
     seconds = time_iterations(warmup, iters, [&] {

@@ -76,7 +76,7 @@ nlohmann::json run(const std::string& preset, std::int64_t height, std::int64_t 
             {"planned_step_peak_bytes", planned.step_peak}};
   net::TensorRegionReader reader(image);
   net::GlobalAvgPool pool("avgpool");
-  auto optimizer = net::make_optimizer({.kind = "sgd", .lr = 0.01, .weight_decay = 1e-4, .momentum = 0.9},
+  auto optimizer = net::make_optimizer({.kind = net::OptimizerKind::sgd, .lr = 0.01, .weight_decay = 1e-4, .momentum = 0.9},
                                        model.parameters(), backend);
   auto step = [&] {
     optimizer->zero_grad();

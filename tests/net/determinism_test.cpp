@@ -20,7 +20,7 @@ std::vector<std::pair<std::string, std::vector<float>>> train_and_snapshot(const
   options.count = 2000;
   options.batch = 32;
   options.max_steps = 25;
-  options.optimizer = {.kind = "adamw", .lr = 0.01, .weight_decay = 1e-2};
+  options.optimizer = {.kind = OptimizerKind::adamw, .lr = 0.01, .weight_decay = 1e-2};
   options.schedule = {.kind = LrScheduleKind::cosine, .t_max = 20, .warmup_steps = 5};
   options.clip_grad_norm = 1.0;
   testing::train_mnist(model, digits, options);

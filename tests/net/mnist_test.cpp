@@ -46,7 +46,7 @@ TEST(Mnist, SmallCnnLearnsToClassifyHeldOutDigits) {
   options.count = kTrain;
   options.epochs = 4;
   options.batch = 64;
-  options.optimizer = {.kind = "adamw", .lr = 0.01, .weight_decay = 1e-4};
+  options.optimizer = {.kind = OptimizerKind::adamw, .lr = 0.01, .weight_decay = 1e-4};
   const std::int64_t steps = options.epochs * (kTrain / options.batch);
   options.schedule = {.kind = LrScheduleKind::cosine, .t_max = steps - 50, .warmup_steps = 50,
                       .warmup_start_factor = 0.1};

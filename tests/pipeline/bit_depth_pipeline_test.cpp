@@ -65,14 +65,14 @@ TEST(BitDepthPipeline, BackgroundAndMaxValueKeysAreReadAndChecked) {
       "data: {train: a.csv, max_value: 4095}\ntiler: {background: local_contrast, threshold: 12, min_foreground: 0.1}\n",
       "<test>");
   EXPECT_EQ(c.data.max_value, 4095);
-  EXPECT_EQ(c.tiler.background, "local_contrast");
+  EXPECT_EQ(c.tiler.background, tiler::BackgroundMode::local_contrast);
   EXPECT_EQ(c.tiler.threshold, 12);
   const tiler::ForegroundOptions options = foreground_options(c.tiler);
   EXPECT_EQ(options.mode, tiler::BackgroundMode::local_contrast);
   EXPECT_EQ(options.threshold, 12);
   // The resolved config keeps them.
   const Config again = parse_config(config_to_yaml(c), "<resolved>");
-  EXPECT_EQ(again.tiler.background, "local_contrast");
+  EXPECT_EQ(again.tiler.background, tiler::BackgroundMode::local_contrast);
   EXPECT_EQ(again.data.max_value, 4095);
   try {
     parse_config("data: {train: a.csv}\ntiler: {background: fixed}\n", "bad.yaml");

@@ -36,7 +36,7 @@ void expect_same(const CheckpointMetadata& read, const CheckpointMetadata& writt
   EXPECT_EQ(read.mean, written.mean);
   EXPECT_EQ(read.std, written.std);
   EXPECT_TRUE(read.tiler == written.tiler) << "tile " << read.tiler.tile << " overlap " << read.tiler.overlap
-                                           << " border " << read.tiler.border;
+                                           << " border " << choice_name(read.tiler.border);
   EXPECT_EQ(read.max_value, written.max_value);
   EXPECT_EQ(read.tile_batch, written.tile_batch);
   EXPECT_EQ(read.label_smoothing, written.label_smoothing);
@@ -77,7 +77,7 @@ TEST(CheckpointMetadata, ACheckpointMadeElsewhereCarriesItsTilingAsJson) {
   written.std = {0.229, 0.224, 0.225};
   written.tiler.tile = 224;
   written.tiler.overlap = 32;
-  written.tiler.border = "drop";
+  written.tiler.border = tiler::BorderPolicy::drop;
   written.tiler.min_foreground = 0.5;
   written.tile_batch = 9;
   const net::Metadata metadata = to_safetensors_metadata(written);
@@ -95,9 +95,9 @@ TEST(CheckpointMetadata, OlderCheckpointsTilerJsonWinsOverTheirConfig) {
   const CheckpointMetadata read = parse_checkpoint_metadata(metadata, "old.safetensors");
   EXPECT_EQ(read.tiler.tile, 64);
   EXPECT_EQ(read.tiler.overlap, 8);
-  EXPECT_EQ(read.tiler.border, "pad");
+  EXPECT_EQ(read.tiler.border, tiler::BorderPolicy::pad);
   EXPECT_EQ(read.tiler.level, 1);  // the keys `tiler` leaves out come from `config`
-  EXPECT_EQ(read.tiler.foreground, "bright");
+  EXPECT_EQ(read.tiler.foreground, Foreground::bright);
 }
 
 TEST(CheckpointMetadata, OverridesAreAppliedAndCheckedAsAConfigsTilerSection) {
@@ -106,7 +106,7 @@ TEST(CheckpointMetadata, OverridesAreAppliedAndCheckedAsAConfigsTilerSection) {
   const TilerConfig changed = override_tiler(base, {{"tile", "128", "--tile 128"}, {"border", "pad", "--border pad"}},
                                              "c.safetensors");
   EXPECT_EQ(changed.tile, 128);
-  EXPECT_EQ(changed.border, "pad");
+  EXPECT_EQ(changed.border, tiler::BorderPolicy::pad);
   EXPECT_EQ(changed.overlap, base.overlap);
   EXPECT_EQ(changed.threshold, base.threshold);
   EXPECT_TRUE(override_tiler(base, {}, "c.safetensors") == base);

@@ -29,8 +29,8 @@ TEST(Config, DefaultsFillEverythingNotWritten) {
   Config c = parse_config(kMinimal, "min.yaml");
   EXPECT_EQ(c.data.train, "/data/train.csv");
   EXPECT_EQ(c.tiler.tile, 256);
-  EXPECT_EQ(c.aggregator.kind, "attention");
-  EXPECT_EQ(c.train.optimizer, "adamw");
+  EXPECT_EQ(c.aggregator.kind, net::AggregatorKind::attention);
+  EXPECT_EQ(c.train.optimizer, net::OptimizerKind::adamw);
   EXPECT_EQ(c.device.type, "auto");
   EXPECT_FALSE(c.model.IsDefined() && !c.model.IsNull());
 }
@@ -74,7 +74,7 @@ output: {dir: runs/x}
   EXPECT_EQ(c.data.classes, (std::vector<std::string>{"three", "five"}));
   EXPECT_EQ(c.tiler.tile, 128);
   EXPECT_EQ(c.tiler.overlap, 16);
-  EXPECT_EQ(c.tiler.border, "shift");
+  EXPECT_EQ(c.tiler.border, tiler::BorderPolicy::shift);
   EXPECT_EQ(c.tiler.max_tiles_per_image, 32);
   EXPECT_EQ(c.model["encoder"].as<std::string>(), "resnet18");
   EXPECT_EQ(c.model["stem"]["stride"].as<int>(), 4);
@@ -82,7 +82,7 @@ output: {dir: runs/x}
   EXPECT_FALSE(c.aggregator.gated);
   EXPECT_DOUBLE_EQ(c.aggregator.dropout, 0.25);
   EXPECT_EQ(c.train.epochs, 3);
-  EXPECT_EQ(c.train.optimizer, "sgd");
+  EXPECT_EQ(c.train.optimizer, net::OptimizerKind::sgd);
   EXPECT_DOUBLE_EQ(c.train.lr, 0.05);
   EXPECT_TRUE(c.train.augmentation.rot90);
   EXPECT_DOUBLE_EQ(c.train.augmentation.contrast, 0.2);
@@ -155,7 +155,7 @@ TEST(Config, OverridesReplaceAndAdd) {
                            "data.classes=[a, b]", "model.encoder=resnet34"});
   EXPECT_EQ(c.train.epochs, 7);
   EXPECT_TRUE(c.train.augmentation.flips);
-  EXPECT_EQ(c.aggregator.kind, "max");
+  EXPECT_EQ(c.aggregator.kind, net::AggregatorKind::max);
   EXPECT_EQ(c.data.classes, (std::vector<std::string>{"a", "b"}));
   EXPECT_EQ(c.model["encoder"].as<std::string>(), "resnet34");
 }

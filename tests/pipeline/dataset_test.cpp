@@ -100,7 +100,7 @@ TEST_F(DatasetTest, BadLinesNameTheManifestLine) {
   config.train = write("no_image.csv", "img/0.tif,a\nimg/nope.tif,b\n");
   message = error_of([&] { load_dataset(config, 0); });
   EXPECT_NE(message.find("no_image.csv:2"), std::string::npos) << message;
-  config.on_bad_image = "skip";
+  config.on_bad_image = OnBadImage::skip;
   Dataset d = load_dataset(config, 0);
   EXPECT_EQ(d.train.size(), 1u);
   ASSERT_EQ(d.skipped.size(), 1u);

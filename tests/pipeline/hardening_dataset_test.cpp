@@ -76,7 +76,7 @@ TEST_F(HardeningDatasetTest, UnreadableImagesFailOrAreSkippedAndListed) {
                 .train.size(),
             5u);
 
-  config.on_bad_image = "skip";
+  config.on_bad_image = OnBadImage::skip;
   const Dataset dataset = load_dataset(config, 0, ImageCheck::header);
   EXPECT_EQ(dataset.train.size(), 4u);
   ASSERT_EQ(dataset.skipped.size(), 4u);
@@ -92,7 +92,7 @@ TEST_F(HardeningDatasetTest, UnreadableImagesFailOrAreSkippedAndListed) {
 TEST_F(HardeningDatasetTest, WrongLabelsAreErrorsEvenWhenSkipping) {
   DataConfig config;
   config.val_fraction = 0;
-  config.on_bad_image = "skip";
+  config.on_bad_image = OnBadImage::skip;
   // With data.classes given, a training label outside them names no class (without
   // it, the training labels are the classes).
   config.classes = {"0", "1"};

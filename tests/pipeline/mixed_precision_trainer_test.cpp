@@ -40,14 +40,14 @@ const char* kMinimal = "data: {train: t.csv}\n";
 
 TEST(PrecisionConfig, DefaultsAndValues) {
   const Config c = parse_config(kMinimal, "p.yaml");
-  EXPECT_EQ(c.train.precision, "fp32");
+  EXPECT_EQ(c.train.precision, DType::f32);
   EXPECT_EQ(c.train.loss_scale.init, 65536.0);
   EXPECT_EQ(c.train.loss_scale.growth_interval, 2000);
   const Config bf16 = parse_config(kMinimal, "p.yaml", {"train.precision=bf16", "device.type=cuda"});
-  EXPECT_EQ(bf16.train.precision, "bf16");
+  EXPECT_EQ(bf16.train.precision, DType::bf16);
   // The resolved config written into a run reads back the same.
   const Config again = parse_config(config_to_yaml(bf16), "config.yaml");
-  EXPECT_EQ(again.train.precision, "bf16");
+  EXPECT_EQ(again.train.precision, DType::bf16);
   const Config scaled = parse_config(kMinimal, "p.yaml",
                                      {"train.precision=fp16", "train.loss_scale.init=1024", "train.loss_scale.growth_interval=7"});
   const Config scaled_again = parse_config(config_to_yaml(scaled), "config.yaml");

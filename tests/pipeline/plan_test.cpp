@@ -32,7 +32,7 @@ PlanInputs inputs_for(const net::ModelSpec& model, std::int64_t tile, std::int64
   in.model = model;
   in.aggregator.kind = net::AggregatorKind::attention;
   in.aggregator.hidden = 64;
-  in.optimizer = "adamw";
+  in.optimizer = net::OptimizerKind::adamw;
   in.tile = tile;
   in.tile_batch = batch;
   in.backend = Backend::cpu;

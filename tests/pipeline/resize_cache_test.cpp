@@ -20,7 +20,7 @@ TEST(ResizeCache, SamePixelsAsReadingAgainAndReadOnce) {
                                 .tile_size = 128, .seed = 1, .background = "textured", .fragments = 3});
   clear_resize_cache();
   TilerConfig config;
-  config.mode = "resize";
+  config.mode = TilerMode::resize;
   config.resize_size = 96;
   config.resize_cache_mb = 0;
   const std::string image = (dir / "train" / "00001.tif").string();

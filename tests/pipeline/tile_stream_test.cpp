@@ -44,7 +44,7 @@ class TileStreamTest : public ::testing::Test {
     }
     config_.tile = 32;
     config_.overlap = 8;
-    config_.border = "pad";
+    config_.border = tiler::BorderPolicy::pad;
   }
   void TearDown() override { fs::remove_all(dir_); }
 
