@@ -2,10 +2,12 @@
 // memory and FLOPs of the configured run before running it (pipeline/plan/plan.hpp).
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
 
 #include "kernels/core/error.hpp"
 #include "pipeline/cli/command_registry.hpp"
 #include "pipeline/config/config.hpp"
+#include "pipeline/config/specs.hpp"
 #include "pipeline/plan/plan.hpp"
 #include "pipeline/plan/plan_units.hpp"
 #include "tiler/image_source.hpp"
@@ -31,10 +33,28 @@ Backend planned_backend(const std::string& choice) {
   throw Error(fmt::format("--device '{}' is not cpu, cuda or auto", choice));
 }
 
+// A plan of a run its backend cannot train is an error, as the run would be: asked
+// of the backend table before anything is built. A build without the CUDA backend
+// has no table to ask, yet still plans the GPU's memory (no GPU is needed for that).
+void require_backend_can_train(const Config& config, Backend backend, const std::string& device) {
+#ifndef BIGTRAIN_HAVE_CUDA
+  if (backend == Backend::cuda) {
+    spdlog::warn("this build has no CUDA backend: the plan cannot check that cuda runs every op of {}",
+                 config.source);
+    return;
+  }
+#endif
+  if (const std::string why = why_backend_cannot_train(config, backend, fmt::format("planned for {}", device));
+      !why.empty())
+    throw Error(why);
+}
+
 int run(const PlanArgs& args) {
   const Config config = load_config(args.config, args.overrides);
-  PlanInputs inputs = plan_inputs_from_config(config, planned_backend(args.device.empty() ? config.device.type
-                                                                                           : args.device));
+  const std::string device = args.device.empty() ? config.device.type : args.device;
+  const Backend backend = planned_backend(device);
+  require_backend_can_train(config, backend, device);
+  PlanInputs inputs = plan_inputs_from_config(config, backend);
   if (!args.image.empty()) {
     if (looks_like_image_size(args.image)) {
       const auto [width, height] = parse_image_size(args.image);

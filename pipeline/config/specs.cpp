@@ -1,5 +1,7 @@
 #include "pipeline/config/specs.hpp"
 
+#include <fmt/format.h>
+
 #include "kernels/core/error.hpp"
 
 namespace bigtrain {
@@ -11,6 +13,24 @@ net::AggregatorSpec aggregator_spec(const AggregatorConfig& config) {
   spec.gated = config.gated;
   spec.dropout = static_cast<float>(config.dropout);
   return spec;
+}
+
+net::ModelSpec model_spec(const Config& config) {
+  const YAML::Node model = config.model.IsDefined() && !config.model.IsNull() ? config.model
+                                                                              : YAML::Node(YAML::NodeType::Map);
+  return net::model_spec_from_yaml(model, config.source);
+}
+
+std::vector<net::OpUse> training_ops(const Config& config) {
+  return net::training_ops(model_spec(config), aggregator_spec(config.aggregator), config.train.optimizer,
+                           config.train.precision);
+}
+
+std::string why_backend_cannot_train(const Config& config, Backend backend, std::string_view device) {
+  const std::string why = net::why_backend_refuses(training_ops(config), backend);
+  if (why.empty()) return why;
+  return fmt::format("{}: train.precision {} with device: {} ({}): {}", config.source,
+                     choice_name(config.train.precision), config.device.type, device, why);
 }
 
 DType precision_dtype(const std::string& precision) {

@@ -19,9 +19,7 @@ using net::PlannedTensor;
 
 PlanInputs plan_inputs_from_config(const Config& config, Backend backend) {
   PlanInputs in;
-  const YAML::Node model = config.model.IsDefined() && !config.model.IsNull() ? config.model
-                                                                              : YAML::Node(YAML::NodeType::Map);
-  in.model = net::model_spec_from_yaml(model, config.source);
+  in.model = model_spec(config);
   if (!config.data.classes.empty()) in.model.num_classes = static_cast<std::int64_t>(config.data.classes.size());
   in.aggregator = aggregator_spec(config.aggregator);
   in.optimizer = config.train.optimizer;

@@ -522,10 +522,11 @@ Trainer::Trainer(Config config, bool resume, std::optional<Backend> backend) : s
   s.backend = backend ? *backend : kernels::select_backend(c.device.type);
   spdlog::info("device: {}", kernels::describe_backend_choice(s.backend));
   const DType compute_dtype = c.train.precision;
-  // Before building anything: the CPU's bf16 depends on its instruction set.
-  if (const std::string why = kernels::why_backend_cannot_run(s.backend, compute_dtype); !why.empty())
-    throw Error(fmt::format("{}: train.precision {} with device: {} ({}): {}", c.source, choice_name(c.train.precision),
-                            c.device.type, kernels::describe_backend_choice(s.backend), why));
+  // Before building anything, every op this run calls: the CPU's bf16 depends on its
+  // instruction set.
+  if (const std::string why = why_backend_cannot_train(c, s.backend, kernels::describe_backend_choice(s.backend));
+      !why.empty())
+    throw Error(why);
   LossScalerOptions scaling;
   scaling.enabled = compute_dtype == DType::f16;
   scaling.init_scale = c.train.loss_scale.init;

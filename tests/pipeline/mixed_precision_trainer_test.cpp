@@ -19,6 +19,7 @@
 #include "kernels/device_select.hpp"
 #include "net/safetensors.hpp"
 #include "pipeline/config/config.hpp"
+#include "pipeline/config/specs.hpp"
 #include "pipeline/data/demo_data.hpp"
 #include "pipeline/train/trainer.hpp"
 #include "tests/support/demo_dataset.hpp"
@@ -188,6 +189,20 @@ TEST_F(MixedPrecisionTrainer, HalfPrecisionOnTheCpuIsRefusedNamingTheSetting) {
   } else {
     EXPECT_EQ(message, "") << "bf16 refused on a CPU with AVX512_BF16";
   }
+}
+
+// A run its backend cannot train stops before anything is built, naming the file,
+// the setting, and the op, dtype and backend refused (the ops of this config asked of
+// the backend table: pipeline/config/specs.hpp). fp16 with device: cuda is a valid
+// config; the CPU backend has no float16 convolution.
+TEST_F(MixedPrecisionTrainer, AnOpTheBackendCannotRunIsRefusedBeforeAnythingIsBuilt) {
+  const Config fp16 = config("refused_op", {"train.precision=fp16", "device.type=cuda"});
+  const std::string message = error_of([&] { Trainer(fp16, false, Backend::cpu); });
+  EXPECT_NE(message.find("mixed_precision_test.yaml: train.precision fp16 with device: cuda"), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("conv2d in float16 is not supported by the cpu backend"), std::string::npos) << message;
+  EXPECT_FALSE(fs::exists(fp16.output.dir)) << "the run directory was made before the refusal";
+  EXPECT_EQ(why_backend_cannot_train(fp16, Backend::reference, "reference"), "");
 }
 
 // bf16 on a CPU with AVX512_BF16: the encoder's convolutions run oneDNN's bf16
