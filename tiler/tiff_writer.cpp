@@ -25,8 +25,8 @@ void validate(const std::string& path, const TiffWriteOptions& o) {
     fail(fmt::format("invalid size {}x{}", o.width, o.height));
   if (o.channels != 1 && o.channels != 3) fail(fmt::format("{} channels (1 or 3 supported)", o.channels));
   if (o.bits != 8 && o.bits != 16) fail(fmt::format("{} bits (8 or 16 supported)", o.bits));
-  if (o.tiled && (o.tile_size < 16 || o.tile_size % 16 != 0 || o.tile_size > 8192))
-    fail(fmt::format("tile size {} is not a multiple of 16 in [16, 8192]", o.tile_size));
+  if (o.tiled && (o.block_size < 16 || o.block_size % 16 != 0 || o.block_size > 8192))
+    fail(fmt::format("block size {} is not a multiple of 16 in [16, 8192]", o.block_size));
   if (!o.tiled && o.rows_per_strip < 1) fail("rows per strip must be positive");
   if (o.compression == TiffCompression::jpeg) {
     if (o.bits != 8) fail("JPEG needs 8-bit samples");
@@ -60,8 +60,8 @@ class LevelWriter {
 
   void write() {
     set_tags();
-    const int64_t bw = o_.tiled ? o_.tile_size : width_;
-    const int64_t bh = o_.tiled ? o_.tile_size : std::min<int64_t>(o_.rows_per_strip, height_);
+    const int64_t bw = o_.tiled ? o_.block_size : width_;
+    const int64_t bh = o_.tiled ? o_.block_size : std::min<int64_t>(o_.rows_per_strip, height_);
     const int planes = o_.separate_planes ? o_.channels : 1;
     const int samples = o_.separate_planes ? 1 : o_.channels;
     const size_t sample_bytes = o_.bits / 8;
@@ -125,8 +125,8 @@ class LevelWriter {
       ok = TIFFSetField(tif, TIFFTAG_SUBIFD, static_cast<uint16_t>(offsets.size()), offsets.data());
     }
     if (ok && o_.tiled)
-      ok = TIFFSetField(tif, TIFFTAG_TILEWIDTH, static_cast<uint32_t>(o_.tile_size)) &&
-           TIFFSetField(tif, TIFFTAG_TILELENGTH, static_cast<uint32_t>(o_.tile_size));
+      ok = TIFFSetField(tif, TIFFTAG_TILEWIDTH, static_cast<uint32_t>(o_.block_size)) &&
+           TIFFSetField(tif, TIFFTAG_TILELENGTH, static_cast<uint32_t>(o_.block_size));
     if (ok && !o_.tiled) ok = TIFFSetField(tif, TIFFTAG_ROWSPERSTRIP, static_cast<uint32_t>(o_.rows_per_strip));
     if (ok && o_.compression == TiffCompression::jpeg) {
       ok = TIFFSetField(tif, TIFFTAG_JPEGQUALITY, o_.jpeg_quality);

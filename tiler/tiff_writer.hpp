@@ -30,7 +30,7 @@ struct TiffWriteOptions {
   int channels = 3;  // 1 (grey) or 3 (RGB)
   int bits = 8;      // 8 or 16
   bool tiled = true;
-  int tile_size = 256;       // tiled: square tiles, a multiple of 16
+  int block_size = 256;      // tiled: square storage blocks (TIFF tiles), a multiple of 16
   int rows_per_strip = 64;   // striped
   TiffCompression compression = TiffCompression::deflate;
   int jpeg_quality = 90;

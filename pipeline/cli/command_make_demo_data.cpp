@@ -66,7 +66,8 @@ RegisterCommand make_demo_data_command("make-demo-data", [](CLI::App& app) {
       ->capture_default_str();
   app.add_option("--fragments", options->fragments, "pieces of other MNIST digits per canvas (clutter)")
       ->capture_default_str();
-  app.add_option("--tile", options->tile_size, "TIFF tile size")->capture_default_str();
+  app.add_option("--block,--tile", options->block_size, "side of the TIFFs' square storage blocks")
+      ->capture_default_str();
   app.add_option("--seed", options->seed, "random seed")->capture_default_str();
   return std::function<int()>([options, mnist, classes] {
     options->classes = parse_classes(*classes, options->number_digits == 2 ? 99 : 9);

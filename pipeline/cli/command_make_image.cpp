@@ -15,19 +15,20 @@ namespace {
 
 struct MakeImageArgs {
   std::string out, size = "2048x2048", compression = "deflate", pyramid = "subifd";
-  int tile = 256, strip = 0, bits = 8, channels = 3, levels = 1, quality = 90, deflate_level = 6;
+  int block = 256, strip = 0, bits = 8, channels = 3, levels = 1, quality = 90, deflate_level = 6;
   double tissue_cutoff = 0.5, background_grain = 6.0;
   bool bigtiff = false;
   uint64_t seed = 0;
 };
 
 RegisterCommand make_image("make-image", [](CLI::App& app) {
-  app.description("Write a synthetic slide-like TIFF (tissue blobs on a bright background), streamed tile by tile");
+  app.description("Write a synthetic slide-like TIFF (tissue blobs on a bright background), streamed block by block");
   auto a = std::make_shared<MakeImageArgs>();
   app.add_option("OUT", a->out, "output .tif path")->required();
   app.add_option("--size", a->size, "WIDTHxHEIGHT")->capture_default_str();
-  auto* tile = app.add_option("--tile", a->tile, "tile size (multiple of 16)")->capture_default_str();
-  app.add_option("--strip", a->strip, "write strips of this many rows instead of tiles")->excludes(tile);
+  auto* block = app.add_option("--block,--tile", a->block, "side of the square storage blocks (TIFF tiles), a multiple of 16")
+                     ->capture_default_str();
+  app.add_option("--strip", a->strip, "write strips of this many rows instead of blocks")->excludes(block);
   app.add_option("--compression", a->compression, "none, lzw, deflate, packbits or jpeg")
       ->check(CLI::IsMember({"none", "lzw", "deflate", "packbits", "jpeg"}))
       ->capture_default_str();
@@ -59,7 +60,7 @@ RegisterCommand make_image("make-image", [](CLI::App& app) {
     o.channels = a->channels;
     o.bits = a->bits;
     o.tiled = a->strip == 0;
-    o.tile_size = a->tile;
+    o.block_size = a->block;
     o.rows_per_strip = a->strip;
     o.compression = *tiler::parse_tiff_compression(a->compression);
     o.jpeg_quality = a->quality;
@@ -74,7 +75,7 @@ RegisterCommand make_image("make-image", [](CLI::App& app) {
       tiler::render_synthetic(image, level, rect, pixels);
     });
     spdlog::info("wrote {} ({}x{}, {} channel(s), {}-bit, {}, {}, {} level(s))", a->out, o.width, o.height, o.channels,
-                 o.bits, o.tiled ? fmt::format("tiles {}", o.tile_size) : fmt::format("strips of {} rows", o.rows_per_strip),
+                 o.bits, o.tiled ? fmt::format("blocks {}", o.block_size) : fmt::format("strips of {} rows", o.rows_per_strip),
                  a->compression, o.levels);
     return 0;
   });

@@ -387,7 +387,7 @@ DemoDataSummary make_demo_data(const DemoDataOptions& options, const MnistDigits
       tiler::TiffWriteOptions write;
       write.width = write.height = options.size;
       write.channels = 1;
-      write.tile_size = options.tile_size;
+      write.block_size = options.block_size;
       tiler::write_tiff((folder / fmt::format("{:05d}.tif", i)).string(), write,
                         [&](int, const cv::Rect& rect, cv::Mat& out) {
                           // The last row/column of blocks pass the edge: copy what exists, zero the rest.

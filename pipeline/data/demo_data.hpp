@@ -40,7 +40,7 @@ struct DemoDataOptions {
   int label_digits = 3;
   int other_digits = 2;
   int clutter_lines = -1;  // -1: 50 per 1500x1500, scaled with the area
-  int tile_size = 256;     // of the TIFF storage
+  int block_size = 256;    // the TIFF's storage blocks (not the network's tiles)
   std::uint64_t seed = 0;
   // Training canvases draw digits from the first `train_digit_fraction` of MNIST,
   // validation and test canvases from the rest: no digit image appears in both.

@@ -173,7 +173,7 @@ void write_heatmap_tiff(const std::string& path, const ImagePrediction& predicti
   options.height = height;
   options.channels = 3;
   options.bigtiff = true;
-  options.tile_size = 256;
+  options.block_size = 256;  // the file's storage blocks, unrelated to the network's tiles
   options.levels = 1;
   while (std::max(width, height) >> options.levels >= 256) ++options.levels;
   // Each level from the averaged values (not from the colours): mean of the covered
@@ -202,11 +202,11 @@ void write_heatmap_tiff(const std::string& path, const ImagePrediction& predicti
     cv::cvtColor(bgr, rgb, cv::COLOR_BGR2RGB);
     level_colours.push_back(rgb);
   }
-  tiler::write_tiff(path, options, [&](int level, const cv::Rect& rect, cv::Mat& pixels) {
+  tiler::write_tiff(path, options, [&](int level, const cv::Rect& block, cv::Mat& pixels) {
     const cv::Mat& source = level_colours[static_cast<std::size_t>(level)];
     pixels.setTo(cv::Scalar::all(0));
-    const cv::Rect inside = rect & cv::Rect(0, 0, source.cols, source.rows);
-    if (!inside.empty()) source(inside).copyTo(pixels(cv::Rect(inside.x - rect.x, inside.y - rect.y, inside.width,
+    const cv::Rect inside = block & cv::Rect(0, 0, source.cols, source.rows);
+    if (!inside.empty()) source(inside).copyTo(pixels(cv::Rect(inside.x - block.x, inside.y - block.y, inside.width,
                                                                  inside.height)));
   });
 }

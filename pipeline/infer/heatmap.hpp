@@ -6,9 +6,9 @@
 //
 //   PNG:  drawn over a thumbnail of the image (longer side `max_side`), colour scale
 //         (OpenCV's colormap) with a legend naming the quantity and its range.
-//   TIFF: tiled, pyramidal BigTIFF, one pixel per tile step (the largest cell that
-//         tiles and their overlaps align to), so even a 100k x 100k image's heatmap
-//         stays small; pixels no tile covers are black.
+//   TIFF: pyramidal BigTIFF stored in 256 x 256 blocks, one pixel per tile step (the
+//         largest cell that tiles and their overlaps align to), so even a 100k x 100k
+//         image's heatmap stays small; pixels no tile covers are black.
 // Both are written to a temporary name and renamed.
 #include <string>
 #include <vector>

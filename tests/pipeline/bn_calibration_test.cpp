@@ -31,7 +31,7 @@ class BnCalibrationTest : public ::testing::Test {
     testing::make_test_demo_data({.out = root_.string(), .size = 96, .classes = {0, 1},
                                   .train = 2, .val = 0, .test = 0,
                                   .label_digits = 2, .other_digits = 1, .clutter_lines = 2,
-                                  .tile_size = 64, .seed = 5});
+                                  .block_size = 64, .seed = 5});
     // No augmentation: the test re-reads the tiles and must see the same pixels.
     config_ = parse_config(R"(data: {train: x.csv, mean: [0.1], std: [0.3]}
 tiler: {tile: 48, overlap: 0, border: shift}

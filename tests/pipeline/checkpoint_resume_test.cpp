@@ -30,7 +30,7 @@ class CheckpointResumeTest : public ::testing::Test {
     testing::make_test_demo_data({.out = (root_ / "data").string(), .size = 96, .classes = {0, 1},
                                   .train = 10, .val = 4, .test = 2,
                                   .other_digits = 0, .clutter_lines = 2,
-                                  .tile_size = 32, .seed = 5});
+                                  .block_size = 32, .seed = 5});
   }
   static void TearDownTestSuite() { fs::remove_all(root_); }
 

@@ -40,7 +40,7 @@ TEST(DemoData, WritesTiledTiffsAndManifestsDeterministically) {
   options.train = 4;
   options.val = 2;
   options.test = 0;
-  options.tile_size = 64;
+  options.block_size = 64;
   options.seed = 5;
   const DemoDataSummary summary = make_demo_data(options, mnist());
   EXPECT_EQ(summary.images, 6);
@@ -149,7 +149,7 @@ TEST(DemoData, SeedScaleObjectsMatchLabelsAndPixels) {
                                           .val = 0,
                                           .test = 4,
                                           .clutter_lines = 0,
-                                          .tile_size = 128,
+                                          .block_size = 128,
                                           .seed = 3,
                                           .digit_size = 56,
                                           .strokes = 12,
@@ -162,7 +162,7 @@ TEST(DemoData, SeedScaleObjectsMatchLabelsAndPixels) {
                                           .val = 0,
                                           .test = 4,
                                           .clutter_lines = 0,
-                                          .tile_size = 128,
+                                          .block_size = 128,
                                           .seed = 4,
                                           .digit_size = 56,
                                           .number_digits = 2,
@@ -177,7 +177,7 @@ TEST(DemoData, SeedScaleObjectsMatchLabelsAndPixels) {
 TEST(DemoData, TexturedBackgroundDefeatsAGlobalThresholdAndIsDeterministic) {
   const fs::path dir = testing::fresh_scratch_dir("bigtrain_demo_textured_test");
   DemoDataOptions options{.out = (dir / "black").string(), .size = 800, .classes = {3, 8}, .train = 2, .val = 0,
-                          .test = 0, .clutter_lines = 0, .tile_size = 128, .seed = 9, .digit_size = 56,
+                          .test = 0, .clutter_lines = 0, .block_size = 128, .seed = 9, .digit_size = 56,
                           .strokes = 10, .fragments = 10};
   make_demo_data(options, mnist());
   options.out = (dir / "textured").string();

@@ -27,7 +27,7 @@ class HardeningDatasetTest : public ::testing::Test {
     root_ = testing::fresh_scratch_dir("bigtrain_hardening_dataset_test");
     testing::make_test_demo_data({.out = (root_ / "data").string(), .size = 96, .classes = {0, 1},
                                   .train = 4, .val = 0, .test = 0,
-                                  .label_digits = 1, .other_digits = 0, .tile_size = 32});
+                                  .label_digits = 1, .other_digits = 0, .block_size = 32});
   }
   static void TearDownTestSuite() { fs::remove_all(root_); }
 

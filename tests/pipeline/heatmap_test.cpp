@@ -57,7 +57,7 @@ class HeatmapFileTest : public ::testing::Test {
     write.width = 1000;
     write.height = 600;
     write.channels = 1;
-    write.tile_size = 128;
+    write.block_size = 128;
     tiler::write_tiff(image_, write, [](int, const cv::Rect&, cv::Mat& pixels) { pixels.setTo(200); });
     auto plan = std::make_shared<ImagePlan>();
     plan->path = image_;

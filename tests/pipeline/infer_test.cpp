@@ -34,7 +34,7 @@ class InferTest : public ::testing::Test {
     testing::make_test_demo_data({.out = (root_ / "data").string(), .size = 128, .classes = {0, 1},
                                   .train = 8, .val = 6, .test = 4,
                                   .label_digits = 3, .other_digits = 0, .clutter_lines = 4,
-                                  .tile_size = 64, .seed = 5});
+                                  .block_size = 64, .seed = 5});
   }
   static void TearDownTestSuite() { fs::remove_all(root_); }
 
@@ -238,7 +238,7 @@ TEST_F(InferTest, BadImagesFailOneAtATime) {
   write.width = 512;
   write.height = 512;
   write.channels = 1;
-  write.tile_size = 64;
+  write.block_size = 64;
   write.compression = tiler::TiffCompression::none;
   tiler::write_tiff(whole.string(), write, [](int, const cv::Rect& rect, cv::Mat& pixels) {
     for (int y = 0; y < pixels.rows; ++y)

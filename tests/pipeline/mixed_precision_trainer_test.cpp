@@ -79,7 +79,7 @@ class MixedPrecisionTrainer : public ::testing::Test {
     testing::make_test_demo_data({.out = (root_ / "data").string(), .size = 96, .classes = {0, 1},
                                   .train = 12, .val = 4, .test = 0,
                                   .label_digits = 2, .other_digits = 0, .clutter_lines = 0,
-                                  .tile_size = 48, .seed = 5});
+                                  .block_size = 48, .seed = 5});
   }
   static void TearDownTestSuite() { if (!std::getenv("BIGTRAIN_KEEP_TEST_RUNS")) fs::remove_all(root_); }
 

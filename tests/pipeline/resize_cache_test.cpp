@@ -17,7 +17,7 @@ cv::Mat pixels_of(const ImagePlan& plan) { return tiler::read_tile(*plan.source,
 TEST(ResizeCache, SamePixelsAsReadingAgainAndReadOnce) {
   const fs::path dir = testing::fresh_scratch_dir("bigtrain_resize_cache_test");
   testing::make_test_demo_data({.out = dir.string(), .size = 600, .classes = {1, 2}, .train = 3, .val = 0, .test = 0,
-                                .tile_size = 128, .seed = 1, .background = "textured", .fragments = 3});
+                                .block_size = 128, .seed = 1, .background = "textured", .fragments = 3});
   clear_resize_cache();
   TilerConfig config;
   config.mode = TilerMode::resize;

@@ -34,7 +34,7 @@ class TileStreamTest : public ::testing::Test {
       options.width = 100 + 20 * i;
       options.height = 90;
       options.channels = 1;
-      options.tile_size = 32;
+      options.block_size = 32;
       tiler::write_tiff(path, options, [i](int, const cv::Rect& rect, cv::Mat& pixels) {
         for (int y = 0; y < rect.height; ++y)
           for (int x = 0; x < rect.width; ++x)

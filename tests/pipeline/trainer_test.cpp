@@ -29,7 +29,7 @@ class TrainerTest : public ::testing::Test {
     testing::make_test_demo_data({.out = (root_ / "data").string(), .size = 128, .classes = {0, 1},
                                   .train = 80, .val = 40, .test = 0,
                                   .label_digits = 3, .other_digits = 0, .clutter_lines = 4,
-                                  .tile_size = 64, .seed = 3});
+                                  .block_size = 64, .seed = 3});
   }
   static void TearDownTestSuite() { if (!std::getenv("BIGTRAIN_KEEP_TEST_RUNS")) fs::remove_all(root_); }
 

@@ -52,7 +52,7 @@ class DiagnosticsRun : public ::testing::Test {
   static void SetUpTestSuite() {
     root_ = testing::fresh_scratch_dir("bigtrain_diagnostics_test");
     testing::make_test_demo_data({.out = (root_ / "data").string(), .size = 192, .classes = {0, 1},
-                                  .train = 12, .val = 4, .test = 0, .clutter_lines = 0, .tile_size = 64, .seed = 2,
+                                  .train = 12, .val = 4, .test = 0, .clutter_lines = 0, .block_size = 64, .seed = 2,
                                   .background = "textured", .strokes = 2, .fragments = 2});
   }
   static void TearDownTestSuite() { fs::remove_all(root_); }

@@ -74,7 +74,7 @@ TEST(Background, StreamedThumbnailEqualsAreaResizeOfTheWholeImage) {
     ScratchDir dir;
     TiffWriteOptions o;
     o.tiled = tiled;
-    o.tile_size = 96;
+    o.block_size = 96;
     o.rows_per_strip = 10;
     o.bits = 16;
     auto source = open_image(write_slide(dir, 1536, 768, cv::Rect(700, 300, 500, 200), o));

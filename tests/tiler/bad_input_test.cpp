@@ -154,7 +154,7 @@ TEST(BadInput, TruncatedAndCorruptData) {
   ScratchDir dir;
   TiffWriteOptions o;
   o.width = o.height = 300;
-  o.tile_size = 64;
+  o.block_size = 64;
   const std::string path = dir.file("truncated.tif");
   write_tiff(path, o, [](int level, const cv::Rect& rect, cv::Mat& pixels) { testing::fill_pattern(testing::hashed_value, level, rect, pixels); });
   const std::string corrupt = dir.file("corrupt.tif");

@@ -158,7 +158,7 @@ TiffWriteOptions make(int64_t w, int64_t h, int channels, int bits, TiffCompress
   o.bits = bits;
   o.compression = compression;
   o.tiled = tile > 0;
-  if (tile > 0) o.tile_size = tile;
+  if (tile > 0) o.block_size = tile;
   else o.rows_per_strip = rows;
   return o;
 }

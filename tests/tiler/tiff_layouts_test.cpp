@@ -29,7 +29,7 @@ TiffWriteOptions make(int64_t w, int64_t h, int channels, int bits, TiffCompress
   o.bits = bits;
   o.compression = compression;
   o.tiled = tile > 0;
-  if (tile > 0) o.tile_size = tile;
+  if (tile > 0) o.block_size = tile;
   else o.rows_per_strip = rows;
   return o;
 }
@@ -96,8 +96,8 @@ TEST_P(TiffLayouts, RegionReadsEqualWrittenPixels) {
   EXPECT_EQ(info.levels[0].layout, c.options.tiled ? Layout::tiled : Layout::striped);
   const int block_w = info.levels[0].block_width, block_h = info.levels[0].block_height;
   if (c.options.tiled) {
-    EXPECT_EQ(block_w, c.options.tile_size);
-    EXPECT_EQ(block_h, c.options.tile_size);
+    EXPECT_EQ(block_w, c.options.block_size);
+    EXPECT_EQ(block_h, c.options.block_size);
   } else if (c.options.compression != TiffCompression::none) {
     // (libtiff may re-chop uncompressed strips into smaller ones; any height works.)
     EXPECT_EQ(block_h, std::min<int64_t>(c.options.rows_per_strip, c.options.height));

@@ -37,7 +37,7 @@ std::vector<EncodingCase> cases() {
     o.height = 203;
     o.channels = channels;
     o.bits = bits;
-    o.tile_size = 32;
+    o.block_size = 32;
     o.compression = compression;
     return o;
   };
@@ -64,7 +64,7 @@ class TiffWriterEncoding : public ::testing::TestWithParam<EncodingCase> {};
 
 TEST_P(TiffWriterEncoding, ReadsBackWhatTheCallbackGave) {
   const TiffWriteOptions& o = GetParam().options;
-  const int64_t tile = o.tile_size;
+  const int64_t tile = o.block_size;
   const testing::Pattern pattern = [tile](int level, int64_t x, int64_t y, int channel, int bits) {
     return mixed_value(tile, level, x, y, channel, bits);
   };

@@ -18,7 +18,7 @@ std::string write_pattern(const ScratchDir& dir, int64_t w, int64_t h, int level
   o.width = w;
   o.height = h;
   o.channels = channels;
-  o.tile_size = 64;
+  o.block_size = 64;
   o.levels = levels;
   const std::string path = dir.file("pattern.tif");
   write_tiff(path, o, [](int level, const cv::Rect& rect, cv::Mat& pixels) { testing::fill_pattern(testing::hashed_value, level, rect, pixels); });
