@@ -22,6 +22,7 @@ PlanInputs plan_inputs_from_config(const Config& config, Backend backend) {
   in.model = model_spec(config);
   if (!config.data.classes.empty()) in.model.num_classes = static_cast<std::int64_t>(config.data.classes.size());
   in.aggregator = aggregator_spec(config.aggregator);
+  in.top_tiles = config.aggregator.top_tiles;
   in.optimizer = config.train.optimizer;
   in.momentum = config.train.momentum;
   in.freeze_bn = config.train.freeze_bn;
@@ -35,6 +36,10 @@ PlanInputs plan_inputs_from_config(const Config& config, Backend backend) {
   in.tiles_in_flight = config.device.tiles_in_flight;
   in.backend = backend;
   return in;
+}
+
+bool single_pass(const PlanInputs& in) {
+  return in.aggregator.kind == net::AggregatorKind::instance && in.top_tiles == 0;
 }
 
 namespace {
@@ -87,7 +92,7 @@ struct PlannedModel {
         head("fc", in.model.encoder.feature_dim(), in.model.num_classes, std::nullopt) {}
 };
 
-// Peak of a two-pass step (pipeline/engine/two_pass.cpp, call by call).
+// Peak of a training step (pipeline/engine/two_pass.cpp, call by call).
 StepMemory step_memory(PlannedModel& model, const PlanInputs& in, std::int64_t tile, std::int64_t tile_batch,
                        std::int64_t tiles) {
   BT_CHECK(tile_batch > 0 && tiles > 0, "plan: tile batch {} and tile count {} must be positive", tile_batch, tiles);
@@ -121,6 +126,28 @@ StepMemory step_memory(PlannedModel& model, const PlanInputs& in, std::int64_t t
     trace.set_phase("input");
     const std::vector<PlannedTensor> x = uploads();
     const PlannedTensor f = walk.run_forward(model.encoder, x.front(), pass1);
+  }
+  if (single_pass(in)) {
+    {  // train_instances_batch: forward keeping activations, the head on each tile with
+       // the image's label, backward through head and encoder; the rows kept in H.
+      trace.set_prefix("single pass ");
+      trace.set_phase("input");
+      const std::vector<PlannedTensor> x = uploads();
+      const PlannedTensor f = walk.run_forward(model.encoder, x.front(), pass2);
+      const PlannedTensor logits = walk.run_forward(model.head, f, head);
+      PlannedTensor targets = walk.allocate({batch}, DType::i32);
+      targets = walk.allocate({batch}, DType::i32);  // .to(device): a copy
+      const PlannedTensor dlogits = walk.allocate(logits.shape());
+      const PlannedTensor df = walk.run_backward(dlogits);
+      walk.run_backward(df);
+    }
+    {  // finish_image: the vote, the head over H without gradients.
+      trace.set_prefix("vote ");
+      const PlannedTensor tile_logits = walk.run_forward(model.head, h, net::ForwardContext::inference(in.backend));
+    }
+    StepMemory m = finish(persistent, trace);
+    m.features = h.bytes();
+    return m;
   }
   PlannedTensor dh;
   {  // finish_image: aggregator, head, loss, backward to dL/dH.
@@ -271,9 +298,12 @@ TrainingPlan plan_training(const PlanInputs& in, std::optional<std::size_t> memo
     const double batch = static_cast<double>(plan.tile_batch);
     const double forward = plan.encoder.forward_flops / batch, backward = plan.encoder.backward_flops / batch;
     const double n = static_cast<double>(grid->tiles);
-    image.pass1_forward_flops = n * forward;
-    image.pass2_forward_flops = n * forward;
-    image.pass2_backward_flops = n * backward;
+    image.passes = single_pass(in) ? 1 : 2;
+    image.trained_tiles = in.top_tiles > 0 ? std::min(in.top_tiles, grid->tiles) : grid->tiles;
+    const double trained = static_cast<double>(image.trained_tiles);
+    image.pass1_forward_flops = image.passes == 2 ? n * forward : 0.0;
+    image.pass2_forward_flops = trained * forward;
+    image.pass2_backward_flops = trained * backward;
     image.tiled_flops = image.pass1_forward_flops + image.pass2_forward_flops + image.pass2_backward_flops;
     image.whole_image_encoder = net::plan_encoder(model.encoder, {1, spec.in_channels, grid->height, grid->width}, kernels,
                                                   in.freeze_bn);
@@ -369,6 +399,8 @@ nlohmann::json to_json(const TrainingPlan& plan) {
                     {"grid", {{"cols", im.grid_cols}, {"rows", im.grid_rows}}},
                     {"tiles", im.tiles},
                     {"pixel_ratio", im.pixel_ratio},
+                    {"passes", im.passes},
+                    {"trained_tiles", im.trained_tiles},
                     {"flops",
                      {{"pass1_forward", im.pass1_forward_flops},
                       {"pass2_forward", im.pass2_forward_flops},
@@ -426,7 +458,8 @@ std::string format_plan(const TrainingPlan& plan) {
          format_bytes(m.activations), format_bytes(m.kept_activations), format_bytes(m.features));
     line("  peak reached at: {}", m.peak_phase);
   };
-  memory(fmt::format("One training step, {} tile{} per batch, {} tile{} per image", plan.tile_batch,
+  memory(fmt::format("One training step ({}), {} tile{} per batch, {} tile{} per image",
+                     single_pass(in) ? "one pass: the instance vote trains every tile" : "two passes", plan.tile_batch,
                      plan.tile_batch == 1 ? "" : "s", plan.tiles, plan.tiles == 1 ? "" : "s")
              .c_str(),
          plan.step);
@@ -438,8 +471,18 @@ std::string format_plan(const TrainingPlan& plan) {
     const ImageFigures& im = *plan.image;
     line("Image {}x{}: {} x {} grid, {} tiles of {} (overlap {}), {:.2f}x the image's pixels", im.width, im.height,
          im.grid_cols, im.grid_rows, im.tiles, plan.tile, in.overlap, im.pixel_ratio);
-    line("  FLOPs per image, tiled: {} (pass 1 forward {}, pass 2 forward {}, backward {})", format_flops(im.tiled_flops),
-         format_flops(im.pass1_forward_flops), format_flops(im.pass2_forward_flops), format_flops(im.pass2_backward_flops));
+    if (im.passes == 1)
+      line("  FLOPs per image, tiled: {} (one pass, every tile trained with the image's label: forward {}, backward {})",
+           format_flops(im.tiled_flops), format_flops(im.pass2_forward_flops), format_flops(im.pass2_backward_flops));
+    else if (im.trained_tiles < im.tiles)
+      line("  FLOPs per image, tiled: {} (pass 1 forward {} of every tile; pass 2 forward {}, backward {} of the {} "
+           "top tiles)",
+           format_flops(im.tiled_flops), format_flops(im.pass1_forward_flops), format_flops(im.pass2_forward_flops),
+           format_flops(im.pass2_backward_flops), im.trained_tiles);
+    else
+      line("  FLOPs per image, tiled: {} (pass 1 forward {}, pass 2 forward {}, backward {})", format_flops(im.tiled_flops),
+           format_flops(im.pass1_forward_flops), format_flops(im.pass2_forward_flops),
+           format_flops(im.pass2_backward_flops));
     line("  FLOPs per image, whole image at batch 1: {}; tiled / whole = {:.2f}", format_flops(im.whole_image_flops),
          im.tiled_flops / im.whole_image_flops);
     memory("  Whole image at batch 1", im.whole_image);

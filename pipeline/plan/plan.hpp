@@ -31,6 +31,7 @@ namespace bigtrain {
 struct PlanInputs {
   net::ModelSpec model;
   net::AggregatorSpec aggregator;
+  std::int64_t top_tiles = 0;  // aggregator.top_tiles: pass 2 computes only these tiles
   net::OptimizerKind optimizer = net::OptimizerKind::adamw;
   double momentum = 0.9;
   bool freeze_bn = false;
@@ -70,6 +71,12 @@ struct ImageFigures {
   std::int64_t grid_cols = 0, grid_rows = 0, tiles = 0;
   // Pixels the encoder sees per image over the image's own pixels (overlap and padding).
   double pixel_ratio = 0.0;
+  // Passes over the image's tiles a step makes: 2 (pass 1 scores every tile, pass 2
+  // trains `trained_tiles`: all of them, or aggregator.top_tiles), or 1 for the
+  // instance vote without top_tiles (every tile trained with the label in one pass;
+  // pass1_forward_flops is then 0 and pass 2's fields count the one pass).
+  int passes = 2;
+  std::int64_t trained_tiles = 0;
   double pass1_forward_flops = 0.0, pass2_forward_flops = 0.0, pass2_backward_flops = 0.0;
   double tiled_flops = 0.0;        // the three above
   double whole_image_flops = 0.0;  // forward + backward of the whole image at batch 1
@@ -104,10 +111,14 @@ struct TrainingPlan {
 // network's receptive field, a grid that cannot be laid out).
 TrainingPlan plan_training(const PlanInputs& inputs, std::optional<std::size_t> memory_budget = std::nullopt);
 
-// Peak of a two-pass step on one image of `tiles` tiles in batches of `tile_batch`
-// tiles of `tile` pixels (the last batch may be smaller).
+// Peak of a training step on one image of `tiles` tiles in batches of `tile_batch`
+// tiles of `tile` pixels (the last batch may be smaller): two passes, or the one pass
+// of the instance vote without top_tiles (single_pass).
 StepMemory plan_step_memory(const PlanInputs& inputs, std::int64_t tile, std::int64_t tile_batch,
                             std::int64_t tiles);
+
+// Whether a step trains every tile in one pass (TwoPassStep::single_pass).
+bool single_pass(const PlanInputs& inputs);
 
 nlohmann::json to_json(const TrainingPlan& plan);
 // The human report: per-layer table, step memory, image figures, budget.

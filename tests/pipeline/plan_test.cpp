@@ -171,6 +171,65 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"small_rgb_width03_tile96_batch8", "preset: small\nin_channels: 3\nnum_classes: 2\nwidth: 0.3\n", 96, 8}),
     [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
 
+// aggregator.kind instance without top_tiles trains in one pass (TwoPassStep::
+// single_pass): the plan walks that pass, not two, and its peak is the measured one
+// of a real single-pass step (train_instances_batch, the vote, the optimizer step).
+TEST(PlanSinglePass, InstanceVotePeakIsTheMeasuredOneAndNoPass2IsPlanned) {
+  const net::ModelSpec spec = spec_from("preset: small\nin_channels: 1\nnum_classes: 3\n");
+  PlanInputs in = inputs_for(spec, 128, 4);
+  in.aggregator.kind = net::AggregatorKind::instance;
+  ASSERT_TRUE(single_pass(in));
+  const StepMemory plan = plan_step_memory(in, in.tile, in.tile_batch, in.tile_batch);
+
+  net::Encoder encoder(spec.encoder, 11);
+  auto aggregator = net::make_aggregator(in.aggregator, encoder.feature_dim(), 12);
+  net::Linear head("fc", encoder.feature_dim(), spec.num_classes, 13);
+  const ImageModel model{&encoder, aggregator.get(), &head};
+  net::OptimizerConfig opt;
+  opt.kind = in.optimizer;
+  auto optimizer = net::make_optimizer(opt, model.parameters(), Backend::cpu);
+  TwoPassStep step(model, {.backend = Backend::cpu});
+  ASSERT_TRUE(step.single_pass());
+  const Tensor x = testing::random_tensor({in.tile_batch, spec.encoder.in_channels, in.tile, in.tile}, 5);
+  auto one_step = [&] {
+    optimizer->zero_grad();
+    step.begin_image(in.tile_batch, 1, 7);
+    step.train_instances_batch(x, 0, 1.0f);
+    step.finish_image(1.0f);
+    step.end_image();
+    optimizer->step();
+  };
+  one_step();
+  Allocator& allocator = allocator_for(Device::cpu());
+  allocator.reset_peak();
+  one_step();
+  const std::size_t measured = allocator.stats().peak_bytes;
+  const double ratio = static_cast<double>(plan.peak) / static_cast<double>(measured);
+  std::printf("[plan] instance single pass predicted %zu measured %zu predicted/measured %.3f (peak at %s)\n",
+              plan.peak, measured, ratio, plan.peak_phase.c_str());
+  EXPECT_GT(ratio, 1.0 - kStepTolerance);
+  EXPECT_LT(ratio, 1.0 + kStepTolerance);
+  EXPECT_EQ(plan.peak_phase.find("pass 2"), std::string::npos) << plan.peak_phase;
+
+  // The image figures count one pass: no pass 1, every tile forward and backward once.
+  in.image_width = in.image_height = 512;
+  const TrainingPlan whole = plan_training(in);
+  ASSERT_TRUE(whole.image);
+  EXPECT_EQ(whole.image->passes, 1);
+  EXPECT_EQ(whole.image->pass1_forward_flops, 0.0);
+  EXPECT_EQ(whole.image->trained_tiles, 16);
+  EXPECT_EQ(format_plan(whole).find("pass 2"), std::string::npos) << format_plan(whole);
+  EXPECT_NE(format_plan(whole).find("one pass"), std::string::npos);
+
+  // With top_tiles both passes run; pass 2 only over the M tiles.
+  in.top_tiles = 3;
+  const TrainingPlan top = plan_training(in);
+  EXPECT_FALSE(single_pass(in));
+  EXPECT_EQ(top.image->passes, 2);
+  EXPECT_EQ(top.image->trained_tiles, 3);
+  EXPECT_DOUBLE_EQ(top.image->pass2_forward_flops, top.image->pass1_forward_flops * 3.0 / 16.0);
+}
+
 // Forwards that keep nothing, one batch through a real encoder: pass 1 (training
 // BatchNorm, nothing kept) and inference (running statistics), each measured after
 // a first forward has built the kernels' caches. Both peaks count the input.
