@@ -26,8 +26,9 @@ namespace bigtrain {
 
 enum class OnBadImage : std::uint8_t { error, skip };
 // tiles: the network reads tile x tile crops of the image; resize: the whole image
-// resized to resize_size (the baseline).
-enum class TilerMode : std::uint8_t { tiles, resize };
+// resized to resize_size (the baseline); stream: the encoder's trunk over the whole
+// image, tile by tile with its receptive field's halo (net/streaming.hpp).
+enum class TilerMode : std::uint8_t { tiles, resize, stream };
 // dark: tissue on a bright slide; bright: objects on black.
 enum class Foreground : std::uint8_t { dark, bright };
 enum class BestMetric : std::uint8_t { val_accuracy, val_balanced_accuracy, val_loss, val_auc };
@@ -42,8 +43,8 @@ struct Choice {
 // In the order the reader's error message lists them ("must be one of pad | drop | shift").
 inline constexpr std::array<Choice<OnBadImage>, 2> kOnBadImageChoices{{{"error", OnBadImage::error},
                                                                         {"skip", OnBadImage::skip}}};
-inline constexpr std::array<Choice<TilerMode>, 2> kTilerModeChoices{{{"tiles", TilerMode::tiles},
-                                                                      {"resize", TilerMode::resize}}};
+inline constexpr std::array<Choice<TilerMode>, 3> kTilerModeChoices{
+    {{"tiles", TilerMode::tiles}, {"resize", TilerMode::resize}, {"stream", TilerMode::stream}}};
 inline constexpr std::array<Choice<tiler::BorderPolicy>, 3> kBorderChoices{
     {{"pad", tiler::BorderPolicy::pad}, {"drop", tiler::BorderPolicy::drop}, {"shift", tiler::BorderPolicy::shift}}};
 inline constexpr std::array<Choice<Foreground>, 2> kForegroundChoices{{{"dark", Foreground::dark},

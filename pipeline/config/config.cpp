@@ -186,6 +186,27 @@ void emit_tiler(YAML::Emitter& out, const TilerConfig& t) {
   out << YAML::EndMap;
 }
 
+// tiler.mode stream runs the whole-image network tile by tile (net/streaming.hpp):
+// only what is local to a pixel's receptive field can be, and one image is the batch.
+void check_streaming(const Config& config, ConfigSection& top, ConfigSection& train) {
+  if (!config.train.freeze_bn)
+    train.fail("freeze_bn", "tiler.mode stream needs freeze_bn: true (BatchNorm with batch statistics normalises "
+                            "each streaming tile by its own statistics, not the image's, so the streamed network "
+                            "would not be the whole-image one)");
+  const AggregatorConfig& a = config.aggregator;
+  if (a.kind == net::AggregatorKind::instance)
+    top.section("aggregator").fail("kind", "instance is not available with tiler.mode stream (the head sees the "
+                                           "feature map's cells through mean, max or attention pooling)");
+  if (a.top_tiles > 0)
+    top.section("aggregator").fail("top_tiles", "must be 0 with tiler.mode stream (every cell of the map is pooled)");
+  const AugmentationConfig& g = config.train.augmentation;
+  if (g.flips || g.rot90 || g.brightness > 0 || g.contrast > 0 || g.noise > 0)
+    train.fail("augmentation", "is drawn per tile, and a streaming tile is not an instance: with tiler.mode "
+                               "stream leave every augmentation off");
+  if (config.tiler.max_tiles_per_image > 0)
+    top.section("tiler").fail("max_tiles_per_image", "must be 0 with tiler.mode stream (the whole image is the input)");
+}
+
 Config parse_node(YAML::Node root, std::shared_ptr<ConfigOrigin> origin, const std::filesystem::path& base) {
   ConfigSection top(root, "", origin);
   if (root.IsDefined() && !root.IsNull() && !root.IsMap())
@@ -209,6 +230,7 @@ Config parse_node(YAML::Node root, std::shared_ptr<ConfigOrigin> origin, const s
   if (config.aggregator.top_tiles > 0 && !config.train.freeze_bn)
     train.fail("freeze_bn", "aggregator.top_tiles needs freeze_bn: true (pass 2 computes the selected tiles in "
                             "sub-batches, whose BatchNorm batch statistics would differ from pass 1's)");
+  if (config.tiler.mode == TilerMode::stream) check_streaming(config, top, train);
   // bf16 on the CPU depends on the machine (AVX512_BF16): the trainer checks it, as
   // it checks fp16 with device: auto on a machine without a GPU.
   if (config.train.precision == DType::f16 && config.device.type == "cpu")

@@ -33,7 +33,10 @@ struct DataConfig {
 };
 
 struct TilerConfig {
-  TilerMode mode = TilerMode::tiles;  // tiles | resize (the whole image resized to resize_size, the baseline)
+  // tiles | resize (the whole image resized to resize_size, the baseline) | stream (the
+  // whole image through the encoder's trunk, `tile` pixels at a time with the halo its
+  // receptive field needs, exactly the untiled network; docs/streaming.md)
+  TilerMode mode = TilerMode::tiles;
   std::int64_t tile = 256;
   std::int64_t overlap = 0;
   tiler::BorderPolicy border = tiler::BorderPolicy::pad;  // pad | drop | shift: the last row/column of tiles at the image edge

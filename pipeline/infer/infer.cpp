@@ -15,8 +15,10 @@
 
 #include "kernels/core/error.hpp"
 #include "net/model_spec.hpp"
+#include "pipeline/data/image_region_reader.hpp"
 #include "pipeline/data/tile_stream.hpp"
 #include "pipeline/engine/checkpoint.hpp"
+#include "pipeline/engine/stream_step.hpp"
 #include "pipeline/engine/two_pass.hpp"
 
 namespace bigtrain {
@@ -76,6 +78,7 @@ InferenceEngine::InferenceEngine(LoadedCheckpoint& checkpoint, InferenceOptions 
 
 InferenceStats InferenceEngine::run(const std::vector<InferenceItem>& items,
                                     const std::function<void(ImagePrediction&&)>& on_result) {
+  if (checkpoint_.tiler.mode == TilerMode::stream) return run_streamed(items, on_result);
   InferenceStats total;
   const auto started = Clock::now();
   ImageModel image_model{&checkpoint_.model->encoder(), checkpoint_.aggregator.get(), &checkpoint_.model->head()};
@@ -211,6 +214,87 @@ InferenceStats InferenceEngine::run(const std::vector<InferenceItem>& items,
       const std::size_t i = *culprit;
       fail(i, message.find(items[i].path) != std::string::npos ? message : fmt::format("{}: {}", items[i].path, message));
     }
+  }
+  total.seconds = std::chrono::duration<double>(Clock::now() - started).count();
+  return total;
+}
+
+InferenceStats InferenceEngine::run_streamed(const std::vector<InferenceItem>& items,
+                                             const std::function<void(ImagePrediction&&)>& on_result) {
+  InferenceStats total;
+  const auto started = Clock::now();
+  ImageModel image_model{&checkpoint_.model->encoder(), checkpoint_.aggregator.get(), &checkpoint_.model->head()};
+  StreamStepOptions step_options;
+  step_options.backend = options_.backend;
+  step_options.tile = checkpoint_.tiler.tile;
+  step_options.label_smoothing = static_cast<float>(checkpoint_.label_smoothing);
+  StreamStep step(image_model, step_options, false);
+  const Preprocessing preprocessing = checkpoint_.preprocessing();
+  const std::int64_t classes = checkpoint_.model->head().out_features();
+  const bool attention = checkpoint_.aggregator->kind() == net::AggregatorKind::attention;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    const InferenceItem& item = items[i];
+    const auto image_started = Clock::now();
+    ImagePrediction p;
+    p.index = i;
+    p.path = item.path;
+    try {
+      ImageRegionReader reader(item.path, checkpoint_.tiler, preprocessing, checkpoint_.max_value);
+      const ImageOutcome outcome = step.eval_image(reader, std::max(item.label, 0));
+      p.probabilities = outcome.probabilities;
+      p.top_class = static_cast<int>(std::max_element(p.probabilities.begin(), p.probabilities.end()) -
+                                     p.probabilities.begin());
+      p.loss = item.label >= 0 ? outcome.loss : 0.0f;
+      p.tiles = outcome.tiles;
+      p.grid_tiles = outcome.tiles;
+      total.tiles += outcome.tiles;
+      if (options_.tile_results) {
+        // Each cell of the map is a tile result: the pixels of its stride, the head
+        // applied to its feature (a class activation map), its attention weight.
+        const net::StreamPlan& plan = step.last_plan();
+        const std::int64_t stride = plan.field.y.stride, cells_y = plan.feature_map[2], cells_x = plan.feature_map[3];
+        auto image_plan = std::make_shared<ImagePlan>();
+        image_plan->path = item.path;
+        image_plan->source = reader.source();
+        image_plan->sampling = reader.sampling();
+        image_plan->tile_size = static_cast<int>(stride);
+        image_plan->full_scale = reader.full_scale();
+        const cv::Rect image_rect(0, 0, static_cast<int>(reader.sampling().width),
+                                  static_cast<int>(reader.sampling().height));
+        const std::vector<float> logits =
+            checkpoint_.model->head()
+                .forward(step.cell_features(), net::ForwardContext::inference(options_.backend))
+                .to_vector();
+        std::vector<float> weights;
+        if (attention) weights = step.attention().to(Device::cpu()).to_vector();
+        for (std::int64_t cy = 0; cy < cells_y; ++cy)
+          for (std::int64_t cx = 0; cx < cells_x; ++cx) {
+            const std::int64_t k = cy * cells_x + cx;
+            TileResult r;
+            r.rect = cv::Rect(static_cast<int>(cx * stride), static_cast<int>(cy * stride), static_cast<int>(stride),
+                              static_cast<int>(stride)) &
+                     image_rect;
+            if (r.rect.empty()) continue;  // a cell of the padding beyond the image's last pixel
+            r.attention = attention ? weights[static_cast<std::size_t>(k)] : std::nanf("");
+            r.class_scores = softmax_row(logits.data() + k * classes, classes);
+            image_plan->tiles.push_back(r.rect);
+            p.tile_results.push_back(std::move(r));
+          }
+        p.plan = std::move(image_plan);
+      }
+      step.end_image();
+    } catch (const std::exception& error) {
+      step.end_image();
+      const std::string message = error.what();
+      p = ImagePrediction();
+      p.index = i;
+      p.path = item.path;
+      p.error = message.find(item.path) != std::string::npos ? message : fmt::format("{}: {}", item.path, message);
+    }
+    p.seconds = std::chrono::duration<double>(Clock::now() - image_started).count();
+    if (!p.ok()) ++total.failed;
+    ++total.images;
+    on_result(std::move(p));
   }
   total.seconds = std::chrono::duration<double>(Clock::now() - started).count();
   return total;

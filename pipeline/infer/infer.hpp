@@ -50,7 +50,7 @@ struct InferenceItem {
 };
 
 struct TileResult {
-  cv::Rect rect;  // grid pixels of the plan's sampling
+  cv::Rect rect;  // grid pixels of the plan's sampling (tiler.mode stream: a feature map cell's pixels)
   // Attention weight (attention aggregator), else NaN.
   float attention = 0.0f;
   // softmax(head(h_i)): the head applied to this tile's feature alone.
@@ -100,6 +100,11 @@ class InferenceEngine {
                      const std::function<void(ImagePrediction&&)>& on_result);
 
  private:
+  // tiler.mode stream: each image's trunk over the whole image (pipeline/engine/stream_step.hpp);
+  // tile results are the feature map's cells.
+  InferenceStats run_streamed(const std::vector<InferenceItem>& items,
+                              const std::function<void(ImagePrediction&&)>& on_result);
+
   LoadedCheckpoint& checkpoint_;
   InferenceOptions options_;
 };

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "kernels/core/error.hpp"
+#include "net/streaming.hpp"
 #include "pipeline/config/specs.hpp"
 #include "pipeline/plan/plan_units.hpp"
 #include "tiler/tile_grid.hpp"
@@ -265,6 +266,9 @@ StepMemory whole_image_memory(PlannedModel& model, const PlanInputs& in, std::in
 }  // namespace
 
 TrainingPlan plan_training(const PlanInputs& in, std::optional<std::size_t> memory_budget) {
+  BT_CHECK(in.mode != TilerMode::stream || in.image_width,
+           "plan: tiler.mode stream needs the image size (--image WIDTHxHEIGHT or an image file): the streamed step "
+           "holds the whole image's feature map");
   BT_CHECK(in.tile_batch > 0, "plan: train.tile_batch must be positive, got {}", in.tile_batch);
   TrainingPlan plan;
   plan.inputs = in;
@@ -314,11 +318,60 @@ TrainingPlan plan_training(const PlanInputs& in, std::optional<std::size_t> memo
     plan.image = image;
   }
 
+  if (in.mode == TilerMode::stream) {
+    net::ForwardContext ctx = net::ForwardContext::train(in.backend);
+    ctx.freeze_bn = in.freeze_bn;
+    net::StreamingTrunk trunk(model.encoder);
+    const net::StreamPlan stream =
+        trunk.plan({1, spec.in_channels, grid->height, grid->width}, in.tile, ctx);  // refuses a layer, named
+    StreamFigures f;
+    f.tiles = static_cast<std::int64_t>(stream.tiles.size());
+    f.largest_input = stream.largest_input();
+    f.feature_map = stream.feature_map;
+    f.stride = stream.field.y.stride;
+    f.halo_before = stream.field.y.before;
+    f.halo_after = stream.field.y.after;
+    f.halo_overhead = stream.halo_overhead();
+    f.memory = net::plan_stream_memory(model.encoder, stream, kernels);
+    // The head over the map's cells is a few rows of C floats beside the map: the
+    // step is the persistent memory and the trunk's streamed step.
+    const Persistent persistent =
+        persistent_memory(in, {&model.encoder, model.aggregator.get(), &model.head}, kernels);
+    StepMemory m;
+    m.parameters = persistent.parameters;
+    m.gradients = persistent.gradients;
+    m.optimizer_state = persistent.optimizer_state;
+    m.workspace = persistent.workspace;
+    m.activations = f.memory.step_peak;
+    m.features = 2 * f.memory.feature_map;
+    m.peak = m.parameters + m.gradients + m.optimizer_state + m.workspace + m.activations;
+    m.peak_phase = "a streaming tile's backward (the largest tile)";
+    plan.step = m;
+    plan.tiles = f.tiles;
+    plan.host_tile_buffers = 0;
+    if (plan.image) {
+      // Each tile's input is read twice (forward, then recomputed with activations
+      // kept) and backpropagated once: the whole image's FLOPs times the halo overhead
+      // (up to the rounding of each tile's shape through the strides).
+      ImageFigures& im = *plan.image;
+      im.tiles = im.trained_tiles = f.tiles;
+      im.passes = 2;
+      im.pixel_ratio = f.halo_overhead;
+      im.pass1_forward_flops = f.halo_overhead * im.whole_image_encoder.forward_flops;
+      im.pass2_forward_flops = im.pass1_forward_flops;
+      im.pass2_backward_flops = f.halo_overhead * im.whole_image_encoder.backward_flops;
+      im.tiled_flops = im.pass1_forward_flops + im.pass2_forward_flops + im.pass2_backward_flops;
+    }
+    plan.stream = f;
+  }
+
   if (memory_budget) {
     BudgetFigures budget;
     budget.budget = *memory_budget;
     const std::int64_t batch_limit = grid ? std::max<std::int64_t>(1, grid->tiles) : std::int64_t{1} << 16;
-    budget.max_tile_batch = max_batch(model, in, plan.tile, budget.budget, batch_limit);
+    // A streamed step reads one tile at a time: no tile batch to size.
+    budget.max_tile_batch = in.mode == TilerMode::stream ? static_cast<std::int64_t>(plan.step.peak <= budget.budget)
+                                                : max_batch(model, in, plan.tile, budget.budget, batch_limit);
     if (in.mode == TilerMode::tiles) {
       const std::int64_t tile_limit = grid ? std::max(grid->width, grid->height) : 8192;
       for (std::int64_t tile = 32; tile <= std::max<std::int64_t>(32, tile_limit); tile += 32) {
@@ -410,6 +463,18 @@ nlohmann::json to_json(const TrainingPlan& plan) {
                       {"tiled_over_whole", im.tiled_flops / im.whole_image_flops}}},
                     {"whole_image_memory", memory_json(im.whole_image)}};
   }
+  if (plan.stream) {
+    const StreamFigures& f = *plan.stream;
+    out["stream"] = {{"tiles", f.tiles},
+                     {"largest_input", f.largest_input},
+                     {"feature_map", f.feature_map},
+                     {"stride", f.stride},
+                     {"halo", {{"before", f.halo_before}, {"after", f.halo_after}}},
+                     {"halo_overhead", f.halo_overhead},
+                     {"tile_step_bytes", f.memory.tile_step},
+                     {"feature_map_bytes", f.memory.feature_map},
+                     {"step_peak_bytes", f.memory.step_peak}};
+  }
   if (plan.budget) {
     nlohmann::json rows = nlohmann::json::array();
     for (const auto& row : plan.budget->batch_by_tile) rows.push_back({{"tile", row.tile}, {"max_batch", row.max_batch}});
@@ -458,35 +523,58 @@ std::string format_plan(const TrainingPlan& plan) {
          format_bytes(m.activations), format_bytes(m.kept_activations), format_bytes(m.features));
     line("  peak reached at: {}", m.peak_phase);
   };
-  memory(fmt::format("One training step ({}), {} tile{} per batch, {} tile{} per image",
-                     single_pass(in) ? "one pass: the instance vote trains every tile" : "two passes", plan.tile_batch,
-                     plan.tile_batch == 1 ? "" : "s", plan.tiles, plan.tiles == 1 ? "" : "s")
-             .c_str(),
+  if (plan.stream) {
+    const StreamFigures& f = *plan.stream;
+    line("Streamed (tiler.mode stream): {} tiles of {} over the image, the largest read {} (halo {} before, {} after "
+         "a cell, stride {}); feature map {}",
+         f.tiles, plan.tile, shape_str(f.largest_input), f.halo_before, f.halo_after, f.stride, shape_str(f.feature_map));
+    line("  halo overhead: {:.2f} (pixels read per forward / image pixels; the forward runs twice and the backward "
+         "once over them)",
+         f.halo_overhead);
+    line("  one tile's forward (kept) + backward {}, the feature map {} and its gradient {}: {}",
+         format_bytes(f.memory.tile_step), format_bytes(f.memory.feature_map), format_bytes(f.memory.feature_map),
+         format_bytes(f.memory.step_peak));
+  }
+  memory(plan.stream ? fmt::format("One streamed training step, {} tiles one at a time", plan.tiles).c_str()
+                     : fmt::format("One training step ({}), {} tile{} per batch, {} tile{} per image",
+                                   single_pass(in) ? "one pass: the instance vote trains every tile" : "two passes",
+                                   plan.tile_batch, plan.tile_batch == 1 ? "" : "s", plan.tiles,
+                                   plan.tiles == 1 ? "" : "s")
+                           .c_str(),
          plan.step);
-  if (in.backend == Backend::cpu)
+  if (in.backend == Backend::cpu && !plan.stream)
     line("  plus the tile stream's tiles in flight (host): {}", format_bytes(plan.host_tile_buffers));
   line("");
 
   if (plan.image) {
     const ImageFigures& im = *plan.image;
-    line("Image {}x{}: {} x {} grid, {} tiles of {} (overlap {}), {:.2f}x the image's pixels", im.width, im.height,
-         im.grid_cols, im.grid_rows, im.tiles, plan.tile, in.overlap, im.pixel_ratio);
-    if (im.passes == 1)
-      line("  FLOPs per image, tiled: {} (one pass, every tile trained with the image's label: forward {}, backward {})",
-           format_flops(im.tiled_flops), format_flops(im.pass2_forward_flops), format_flops(im.pass2_backward_flops));
-    else if (im.trained_tiles < im.tiles)
-      line("  FLOPs per image, tiled: {} (pass 1 forward {} of every tile; pass 2 forward {}, backward {} of the {} "
-           "top tiles)",
+    const char* way = plan.stream ? "streamed" : "tiled";
+    if (plan.stream) {
+      line("Image {}x{}: {} streaming tiles of {}, {:.2f}x the image's pixels read per forward", im.width, im.height,
+           plan.stream->tiles, plan.tile, im.pixel_ratio);
+      line("  FLOPs per image, streamed: {} (first forward {}, recomputed forward {}, backward {})",
            format_flops(im.tiled_flops), format_flops(im.pass1_forward_flops), format_flops(im.pass2_forward_flops),
-           format_flops(im.pass2_backward_flops), im.trained_tiles);
-    else
-      line("  FLOPs per image, tiled: {} (pass 1 forward {}, pass 2 forward {}, backward {})", format_flops(im.tiled_flops),
-           format_flops(im.pass1_forward_flops), format_flops(im.pass2_forward_flops),
            format_flops(im.pass2_backward_flops));
-    line("  FLOPs per image, whole image at batch 1: {}; tiled / whole = {:.2f}", format_flops(im.whole_image_flops),
+    } else {
+      line("Image {}x{}: {} x {} grid, {} tiles of {} (overlap {}), {:.2f}x the image's pixels", im.width, im.height,
+           im.grid_cols, im.grid_rows, im.tiles, plan.tile, in.overlap, im.pixel_ratio);
+      if (im.passes == 1)
+        line("  FLOPs per image, tiled: {} (one pass, every tile trained with the image's label: forward {}, backward {})",
+             format_flops(im.tiled_flops), format_flops(im.pass2_forward_flops), format_flops(im.pass2_backward_flops));
+      else if (im.trained_tiles < im.tiles)
+        line("  FLOPs per image, tiled: {} (pass 1 forward {} of every tile; pass 2 forward {}, backward {} of the {} "
+             "top tiles)",
+             format_flops(im.tiled_flops), format_flops(im.pass1_forward_flops), format_flops(im.pass2_forward_flops),
+             format_flops(im.pass2_backward_flops), im.trained_tiles);
+      else
+        line("  FLOPs per image, tiled: {} (pass 1 forward {}, pass 2 forward {}, backward {})",
+             format_flops(im.tiled_flops), format_flops(im.pass1_forward_flops), format_flops(im.pass2_forward_flops),
+             format_flops(im.pass2_backward_flops));
+    }
+    line("  FLOPs per image, whole image at batch 1: {}; {} / whole = {:.2f}", format_flops(im.whole_image_flops), way,
          im.tiled_flops / im.whole_image_flops);
     memory("  Whole image at batch 1", im.whole_image);
-    line("  tiled / whole-image peak memory = {:.3f}",
+    line("  {} / whole-image peak memory = {:.3f}", way,
          static_cast<double>(plan.step.peak) / static_cast<double>(im.whole_image.peak));
     line("");
   }
@@ -495,7 +583,7 @@ std::string format_plan(const TrainingPlan& plan) {
     line("Budget {}: this configuration {} ({} of it)", format_bytes(b.budget),
          plan.step.peak <= b.budget ? "fits" : "does NOT fit",
          fmt::format("{:.0f}%", 100.0 * static_cast<double>(plan.step.peak) / static_cast<double>(b.budget)));
-    line("  largest tile batch at tile {}: {}", plan.tile, b.max_tile_batch);
+    if (in.mode != TilerMode::stream) line("  largest tile batch at tile {}: {}", plan.tile, b.max_tile_batch);
     if (in.mode == TilerMode::tiles) {
       line("  largest tile (multiple of 32) at tile batch {}: {}", in.tile_batch, b.max_tile);
       std::string rows;

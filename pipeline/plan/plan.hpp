@@ -23,6 +23,7 @@
 #include "net/aggregator.hpp"
 #include "net/memory_plan.hpp"
 #include "net/model_spec.hpp"
+#include "net/streaming_memory.hpp"
 #include "pipeline/config/config.hpp"
 
 namespace bigtrain {
@@ -95,6 +96,17 @@ struct BudgetFigures {
   std::vector<Row> batch_by_tile;  // common tile sizes and the largest batch of each
 };
 
+// tiler.mode stream (net/streaming.hpp): the trunk over the whole image tile by tile.
+struct StreamFigures {
+  std::int64_t tiles = 0;          // streaming tiles of the image
+  Shape largest_input;             // the largest tile read, halo included
+  Shape feature_map;               // [1, C, h, w]
+  std::int64_t stride = 0;         // the trunk's, per axis (y)
+  std::int64_t halo_before = 0, halo_after = 0;  // pixels a cell reads beyond its own stride (y)
+  double halo_overhead = 0.0;      // pixels read per forward over the image's pixels
+  net::StreamMemory memory;        // one tile's step + the map and its gradient
+};
+
 struct TrainingPlan {
   PlanInputs inputs;
   std::int64_t tile = 0;      // input edge of one encoder pass (the tile, or resize_size)
@@ -105,6 +117,8 @@ struct TrainingPlan {
   std::size_t host_tile_buffers = 0;  // tiles in flight in the tile stream (host memory)
   std::optional<ImageFigures> image;
   std::optional<BudgetFigures> budget;
+  // tiler.mode stream: `step` is then the streamed step (persistent memory + memory.step_peak).
+  std::optional<StreamFigures> stream;
 };
 
 // Throws bigtrain::Error for an impossible setting (a tile smaller than the

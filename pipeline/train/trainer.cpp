@@ -30,6 +30,7 @@
 #include "pipeline/common/atomic_file.hpp"
 #include "pipeline/common/random.hpp"
 #include "pipeline/config/specs.hpp"
+#include "pipeline/data/image_region_reader.hpp"
 #include "pipeline/data/tile_stream.hpp"
 #include "pipeline/distributed/distributed.hpp"
 #include "pipeline/distributed/distributed_training.hpp"
@@ -38,6 +39,7 @@
 #include "pipeline/engine/checkpoint_metadata.hpp"
 #include "pipeline/engine/gradient_check.hpp"
 #include "pipeline/engine/loss_scaler.hpp"
+#include "pipeline/engine/stream_step.hpp"
 #include "pipeline/engine/two_pass.hpp"
 #include "pipeline/report/report.hpp"
 #include "pipeline/train/interrupt.hpp"
@@ -97,6 +99,7 @@ struct Trainer::State {
   std::unique_ptr<net::Aggregator> aggregator;
   std::unique_ptr<net::Optimizer> optimizer;
   std::unique_ptr<TwoPassStep> step;
+  std::unique_ptr<StreamStep> stream_step;  // tiler.mode stream, in place of `step`'s passes
   std::unique_ptr<TrainingDiagnostics> diagnostics;  // train.diagnostics, rank 0 only
   ImageModel image_model;
   Backend backend = Backend::cpu;
@@ -143,6 +146,12 @@ struct Trainer::State {
   net::Metadata checkpoint_metadata() const;
   void write_checkpoints(bool best);
   EpochSummary train_epoch(std::int64_t epoch);
+  bool streaming() const { return stream_step != nullptr; }
+  ImageRegionReader region_reader(const Sample& sample) const {
+    const int channels = static_cast<int>(model->spec().encoder.in_channels);
+    return ImageRegionReader(sample.path, config.tiler, Preprocessing::from_config(config, channels, false),
+                             config.data.max_value);
+  }
   EpochSummary evaluate(const std::vector<Sample>& split, const std::string& name, std::int64_t epoch);
   void append_metrics(const EpochSummary& row);
 };
@@ -277,7 +286,7 @@ EpochSummary Trainer::State::train_epoch(std::int64_t epoch) {
   }
   const bool single_pass = step->single_pass();
   std::vector<StreamJob> schedule;
-  for (std::size_t i = images_skipped; i < shard.images.size(); ++i) {
+  for (std::size_t i = images_skipped; i < shard.images.size() && !streaming(); ++i) {
     schedule.push_back({shard.images[i], 1});
     if (!single_pass) schedule.push_back({shard.images[i], 2});
   }
@@ -379,9 +388,34 @@ EpochSummary Trainer::State::train_epoch(std::int64_t epoch) {
     partial.wait_seconds = wait_seconds_before + wait_seconds;
     partial.learning_rate = lr;
   };
+  auto record_outcome = [&](const Sample& sample, const ImageOutcome& outcome) {
+    if (!std::isfinite(outcome.loss))
+      throw Error(fmt::format("{} ({}): the loss is {} at epoch {}, optimizer step {} of the run; the "
+                              "weights were not updated with it. Lower train.lr, set train.clip_grad_norm, "
+                              "or check the image and data.mean/std",
+                              sample.path, sample.origin, outcome.loss, epoch, optimizer->steps_taken() + 1));
+    labels.push_back(sample.label);
+    probabilities.push_back(outcome.probabilities);
+    losses.push_back(outcome.loss);
+  };
   StreamStats stats;
   try {
   take_ready_steps();  // steps in which this rank has no image (more ranks than images_per_step)
+  // tiler.mode stream: one image at a time, read region by region by the trunk itself.
+  for (std::size_t i = images_skipped; i < shard.images.size() && streaming(); ++i) {
+    const std::size_t image = shard.images[i];
+    const Sample& sample = train[image];
+    ImageRegionReader reader = region_reader(sample);
+    const ImageOutcome outcome = stream_step->train_image(reader, sample.label, seed(kDropout, e, image),
+                                                          mean_over_step * loss_scaler.scale());
+    record_outcome(sample, outcome);
+    tiles += outcome.tiles;
+    check_gradients(sample, epoch);
+    ++images_done;
+    ++images_in_step;
+    report_progress(false);
+    take_ready_steps();
+  }
   if (!schedule.empty()) stats = stream.run(
       schedule,
       [&](std::size_t image) {
@@ -412,14 +446,7 @@ EpochSummary Trainer::State::train_epoch(std::int64_t epoch) {
           }
           if (batch.last_of_job) {
             const ImageOutcome outcome = step->finish_image(mean_over_step * loss_scaler.scale());
-            if (!std::isfinite(outcome.loss))
-              throw Error(fmt::format("{} ({}): the loss is {} at epoch {}, optimizer step {} of the run; the "
-                                      "weights were not updated with it. Lower train.lr, set train.clip_grad_norm, "
-                                      "or check the image and data.mean/std",
-                                      sample.path, sample.origin, outcome.loss, epoch, optimizer->steps_taken() + 1));
-            labels.push_back(sample.label);
-            probabilities.push_back(outcome.probabilities);
-            losses.push_back(outcome.loss);
+            record_outcome(sample, outcome);
             if (diagnostics)
               diagnostics->image(epoch, optimizer->steps_taken() + 1, *batch.plan, sample.label, outcome.loss,
                                  step->attention(), step->selected_tiles());
@@ -475,7 +502,21 @@ EpochSummary Trainer::State::evaluate(const std::vector<Sample>& split, const st
   std::vector<double> losses;
   std::int64_t tiles = 0;
   allocator_for(Device::cpu()).reset_peak();
-  const StreamStats stats = stream.run(
+  const auto started = std::chrono::steady_clock::now();
+  for (std::size_t i = 0; i < mine.size() && streaming(); ++i) {
+    const Sample& sample = split[mine[i]];
+    ImageRegionReader reader = region_reader(sample);
+    const ImageOutcome outcome = stream_step->eval_image(reader, sample.label);
+    stream_step->end_image();
+    labels.push_back(sample.label);
+    probabilities.push_back(outcome.probabilities);
+    losses.push_back(outcome.loss);
+    tiles += outcome.tiles;
+    if (!world().distributed() && stop_requested()) throw StopAtStepBoundary{};
+  }
+  if (streaming()) schedule.clear();
+  StreamStats stats;
+  if (!schedule.empty()) stats = stream.run(
       schedule, [&](std::size_t image) { return plan_image(split[image].path, config.tiler, false, 0, 0, config.data.max_value); },
       [&](const TileBatch& batch) {
         const Sample& sample = split[batch.image];
@@ -498,7 +539,8 @@ EpochSummary Trainer::State::evaluate(const std::vector<Sample>& split, const st
   row.epoch = epoch;
   row.split = name;
   row.metrics = compute_metrics(labels, probabilities, losses, dataset.classes.size());
-  row.seconds = stats.seconds;
+  row.seconds = streaming() ? std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count()
+                            : stats.seconds;
   row.tiles = tiles;
   row.wait_seconds = stats.wait_seconds;
   row.peak_allocated_bytes = allocator_for(Device::cpu()).stats().peak_bytes;
@@ -609,6 +651,18 @@ Trainer::Trainer(Config config, bool resume, std::optional<Backend> backend) : s
                                     .label_smoothing = static_cast<float>(c.train.label_smoothing),
                                     .encoder_compute_dtype = compute_dtype,
                                     .top_tiles = c.aggregator.top_tiles});
+  if (c.tiler.mode == TilerMode::stream) {
+    try {
+      s.stream_step = std::make_unique<StreamStep>(
+          s.image_model, StreamStepOptions{.backend = s.backend,
+                                           .tile = c.tiler.tile,
+                                           .freeze_bn = c.train.freeze_bn,
+                                           .label_smoothing = static_cast<float>(c.train.label_smoothing),
+                                           .encoder_compute_dtype = compute_dtype});
+    } catch (const Error& error) {
+      throw Error(fmt::format("{}: {}", c.source, error.what()));
+    }
+  }
 
   if (resume) {
     const LoadedTrainingState loaded =
