@@ -5,6 +5,7 @@
 
 #include "kernels/core/error.hpp"
 #include "pipeline/common/random.hpp"
+#include "pipeline/data/foreground_cache.hpp"
 #include "pipeline/data/resize_cache.hpp"
 #include "tiler/background.hpp"
 #include "tiler/tile_grid.hpp"
@@ -59,11 +60,22 @@ ImagePlan plan_image(const std::string& path, const TilerConfig& config, bool tr
   plan.tile_size = static_cast<int>(config.tile);
   plan.grid_tiles = static_cast<std::int64_t>(grid.tiles().size());
   if (config.min_foreground > 0 && config.background != tiler::BackgroundMode::none) {
-    const tiler::Thumbnail thumbnail = tiler::make_thumbnail(*plan.source, 1024, plan.full_scale);
-    const tiler::ForegroundMask mask = tiler::foreground_mask(thumbnail, foreground_options(config));
-    for (const auto& tile : grid.tiles())
-      if (tiler::foreground_fraction(mask, plan.sampling, tile.rect) >= config.min_foreground)
-        plan.tiles.push_back(tile.rect);
+    const tiler::ForegroundOptions foreground = foreground_options(config);
+    const std::string key =
+        fmt::format("{}|{}x{}@{},{}|tile {} overlap {} border {}|mode {} threshold {} dark {} min {} scale {}", path,
+                    plan.sampling.width, plan.sampling.height, plan.sampling.level, plan.sampling.downsample,
+                    config.tile, config.overlap, static_cast<int>(config.border), static_cast<int>(foreground.mode),
+                    foreground.threshold.value_or(-1), foreground.dark_foreground, config.min_foreground,
+                    plan.full_scale);
+    plan.tiles = cached_foreground_tiles(key, [&] {
+      const tiler::Thumbnail thumbnail = tiler::make_thumbnail(*plan.source, 1024, plan.full_scale);
+      const tiler::ForegroundMask mask = tiler::foreground_mask(thumbnail, foreground);
+      std::vector<cv::Rect> kept;
+      for (const auto& tile : grid.tiles())
+        if (tiler::foreground_fraction(mask, plan.sampling, tile.rect) >= config.min_foreground)
+          kept.push_back(tile.rect);
+      return kept;
+    });
   } else {
     for (const auto& tile : grid.tiles()) plan.tiles.push_back(tile.rect);
   }

@@ -1,0 +1,64 @@
+// The kept tiles of an image are filtered once per process: a second plan gets the
+// same tiles without decoding the thumbnail again, and any setting the filter
+// depends on gives its own entry.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "pipeline/data/foreground_cache.hpp"
+#include "pipeline/data/image_plan.hpp"
+#include "tests/support/demo_dataset.hpp"
+
+namespace bigtrain {
+namespace {
+namespace fs = std::filesystem;
+
+TEST(ForegroundCache, SameTilesAsFilteringAgainAndFilteredOnce) {
+  const fs::path dir = testing::fresh_scratch_dir("bigtrain_foreground_cache_test");
+  testing::make_test_demo_data({.out = dir.string(), .size = 600, .classes = {1, 2}, .train = 2, .val = 0, .test = 0,
+                                .block_size = 128, .seed = 1, .background = "textured", .strokes = 4, .fragments = 4});
+  TilerConfig config;
+  config.tile = 64;
+  config.overlap = 16;
+  config.background = tiler::BackgroundMode::local_contrast;
+  config.foreground = Foreground::bright;
+  config.min_foreground = 0.01;
+  const std::string image = (dir / "train" / "00001.tif").string();
+
+  clear_foreground_cache();
+  const ImagePlan first = plan_image(image, config, false, 0, 0);
+  ASSERT_GT(first.background_dropped, 0) << "the test needs a filter that drops tiles";
+  ASSERT_FALSE(first.tiles.empty());
+  const ImagePlan again = plan_image(image, config, false, 0, 0);
+  EXPECT_EQ(again.tiles, first.tiles);
+  EXPECT_EQ(foreground_cache_stats().misses, 1);
+  EXPECT_EQ(foreground_cache_stats().hits, 1);
+
+  clear_foreground_cache();
+  EXPECT_EQ(plan_image(image, config, false, 0, 0).tiles, first.tiles) << "filtered afresh: the same tiles";
+
+  // Settings the filter depends on are part of the key.
+  config.min_foreground = 0.05;
+  const ImagePlan stricter = plan_image(image, config, false, 0, 0);
+  EXPECT_LT(stricter.tiles.size(), first.tiles.size());
+  config.min_foreground = 0.01;
+  config.overlap = 32;
+  const ImagePlan denser = plan_image(image, config, false, 0, 0);
+  EXPECT_GT(denser.grid_tiles, first.grid_tiles);
+  EXPECT_EQ(foreground_cache_stats().misses, 3);
+  EXPECT_EQ(foreground_cache_stats().hits, 0);
+
+  // Training subsamples after the cache: the subset is drawn from the cached tiles.
+  config.overlap = 16;
+  config.max_tiles_per_image = 3;
+  const ImagePlan subset = plan_image(image, config, true, 7, 0);
+  ASSERT_EQ(subset.tiles.size(), 3u);
+  for (const cv::Rect& tile : subset.tiles)
+    EXPECT_NE(std::find(first.tiles.begin(), first.tiles.end(), tile), first.tiles.end());
+  clear_foreground_cache();
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace bigtrain
