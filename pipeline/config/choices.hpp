@@ -31,6 +31,8 @@ enum class OnBadImage : std::uint8_t { error, skip };
 enum class TilerMode : std::uint8_t { tiles, resize, stream };
 // dark: tissue on a bright slide; bright: objects on black.
 enum class Foreground : std::uint8_t { dark, bright };
+// data.normalize: dataset (x - mean) / std, or tile: each tile to mean 0 and std 1.
+enum class Normalization : std::uint8_t { dataset, tile };
 enum class BestMetric : std::uint8_t { val_accuracy, val_balanced_accuracy, val_loss, val_auc };
 
 // One spelling of a choice in YAML and the value it stands for.
@@ -66,6 +68,8 @@ inline constexpr std::array<Choice<net::LrScheduleKind>, 3> kScheduleChoices{
     {{"constant", net::LrScheduleKind::constant},
      {"cosine", net::LrScheduleKind::cosine},
      {"step", net::LrScheduleKind::step}}};
+inline constexpr std::array<Choice<Normalization>, 2> kNormalizationChoices{
+    {{"dataset", Normalization::dataset}, {"tile", Normalization::tile}}};
 inline constexpr std::array<Choice<BestMetric>, 4> kBestMetricChoices{
     {{"val_accuracy", BestMetric::val_accuracy},
      {"val_balanced_accuracy", BestMetric::val_balanced_accuracy},
@@ -80,6 +84,7 @@ constexpr std::span<const Choice<OnBadImage>> choices_of(OnBadImage) { return kO
 constexpr std::span<const Choice<TilerMode>> choices_of(TilerMode) { return kTilerModeChoices; }
 constexpr std::span<const Choice<tiler::BorderPolicy>> choices_of(tiler::BorderPolicy) { return kBorderChoices; }
 constexpr std::span<const Choice<Foreground>> choices_of(Foreground) { return kForegroundChoices; }
+constexpr std::span<const Choice<Normalization>> choices_of(Normalization) { return kNormalizationChoices; }
 constexpr std::span<const Choice<tiler::BackgroundMode>> choices_of(tiler::BackgroundMode) {
   return kBackgroundChoices;
 }

@@ -54,6 +54,7 @@ DataConfig read_data(ConfigSection s, const std::filesystem::path& base) {
   if (d.std.size() != d.mean.size()) s.fail("std", "must have as many values as `mean`");
   for (double v : d.std)
     if (!(v > 0)) s.fail("std", "values must be positive");
+  d.normalize = read_choice(s, "normalize", d.normalize);
   d.on_bad_image = read_choice(s, "on_bad_image", d.on_bad_image);
   d.max_value = s.get_int("max_value", d.max_value, 0, 65535);
   s.finish();
@@ -302,6 +303,7 @@ std::string config_to_yaml(const Config& c) {
   out << YAML::Key << "classes" << YAML::Value << YAML::Flow << c.data.classes;
   out << YAML::Key << "mean" << YAML::Value << YAML::Flow << c.data.mean;
   out << YAML::Key << "std" << YAML::Value << YAML::Flow << c.data.std;
+  out << YAML::Key << "normalize" << YAML::Value << std::string(choice_name(c.data.normalize));
   out << YAML::Key << "on_bad_image" << YAML::Value << std::string(choice_name(c.data.on_bad_image));
   out << YAML::Key << "max_value" << YAML::Value << c.data.max_value;
   out << YAML::EndMap;

@@ -26,6 +26,10 @@ struct DataConfig {
   // Per-channel normalisation after scaling pixels to [0, 1]; one value broadcasts.
   std::vector<double> mean = {0.5};
   std::vector<double> std = {0.25};
+  // dataset: (x - mean) / std with the values above. tile: each tile to mean 0 and
+  // standard deviation 1 per channel, so an illumination gradient across the image
+  // (the seeds' scans) no longer decides what the first layers see.
+  Normalization normalize = Normalization::dataset;
   // The pixel value that is full brightness (1.0 before normalisation) for every
   // image; 0: each image's own (SMaxSampleValue/MaxSampleValue, else 255 or 65535).
   std::int64_t max_value = 0;

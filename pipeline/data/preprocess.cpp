@@ -1,6 +1,7 @@
 #include "pipeline/data/preprocess.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include "kernels/core/error.hpp"
 #include "pipeline/common/random.hpp"
@@ -18,6 +19,7 @@ Preprocessing Preprocessing::from_config(const Config& config, int channels, boo
     p.mean.push_back(static_cast<float>(mean.size() == 1 ? mean[0] : mean[c]));
     p.std.push_back(static_cast<float>(std.size() == 1 ? std[0] : std[c]));
   }
+  p.per_tile = config.data.normalize == Normalization::tile;
   p.augment = training;
   p.augmentation = config.train.augmentation;
   return p;
@@ -94,8 +96,22 @@ void preprocess_tile(const cv::Mat& tile, const Preprocessing& p, std::uint64_t 
     for (std::int64_t i = 0; i < total; ++i) out[i] += static_cast<float>(a.noise * noise.normal());
   }
   for (int c = 0; c < p.channels; ++c) {
-    const float mean = p.mean[c], inv_std = 1.0f / p.std[c];
     float* dst = out + c * plane;
+    float mean = p.mean[c], inv_std = 1.0f / p.std[c];
+    if (p.per_tile) {
+      double sum = 0.0, sum_squares = 0.0;
+      for (std::int64_t i = 0; i < plane; ++i) {
+        sum += dst[i];
+        sum_squares += static_cast<double>(dst[i]) * dst[i];
+      }
+      const double tile_mean = sum / static_cast<double>(plane);
+      const double variance = std::max(0.0, sum_squares / static_cast<double>(plane) - tile_mean * tile_mean);
+      // A flat tile (empty background) has no contrast to scale up: its noise
+      // would become the tile's content. Below a hundredth of full scale it stays
+      // as flat as it is.
+      mean = static_cast<float>(tile_mean);
+      inv_std = static_cast<float>(1.0 / std::max(std::sqrt(variance), kFlatTileStd));
+    }
     for (std::int64_t i = 0; i < plane; ++i) dst[i] = (dst[i] - mean) * inv_std;
   }
 }

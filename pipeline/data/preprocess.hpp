@@ -6,7 +6,7 @@
 // recomputes exactly the input pass 1 saw, and a resumed run draws what the
 // uninterrupted run drew. Order: dihedral transform (flips, 90-degree turns; square
 // tiles only), contrast around the tile's mean, brightness, Gaussian noise, then
-// normalisation (x - mean) / std.
+// normalisation: (x - mean) / std, or per tile to mean 0 and standard deviation 1.
 #include <cstdint>
 #include <vector>
 
@@ -16,10 +16,15 @@
 
 namespace bigtrain {
 
+// data.normalize: tile divides by the tile's standard deviation or this, whichever
+// is larger (pixels in [0, 1]).
+inline constexpr double kFlatTileStd = 0.01;
+
 struct Preprocessing {
   int channels = 1;          // the model's input channels
   std::vector<float> mean;   // one per model channel
   std::vector<float> std;
+  bool per_tile = false;     // data.normalize: tile (mean and std unused)
   bool augment = false;      // training
   AugmentationConfig augmentation;
 
