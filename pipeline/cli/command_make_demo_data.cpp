@@ -66,6 +66,11 @@ RegisterCommand make_demo_data_command("make-demo-data", [](CLI::App& app) {
       ->capture_default_str();
   app.add_option("--fragments", options->fragments, "pieces of other MNIST digits per canvas (clutter)")
       ->capture_default_str();
+  app.add_option("--label-digits", options->label_digits, "copies of the label's digit (or number) per canvas")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--other-digits", options->other_digits,
+                 "digits of other classes per canvas (0: every whole digit shows the label)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
   app.add_option("--block,--tile", options->block_size, "side of the TIFFs' square storage blocks")
       ->capture_default_str();
   app.add_option("--seed", options->seed, "random seed")->capture_default_str();
