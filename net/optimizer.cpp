@@ -258,24 +258,22 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, const s
   } else {
     groups = split_decay_groups(params);
   }
-  switch (config.kind) {
-    case OptimizerKind::sgd:
-      return std::make_unique<Sgd>(std::move(groups),
-                                   SgdOptions{.lr = config.lr,
-                                              .momentum = config.momentum,
-                                              .dampening = config.dampening,
-                                              .weight_decay = config.weight_decay,
-                                              .nesterov = config.nesterov},
+  if (config.kind == OptimizerKind::sgd)
+    return std::make_unique<Sgd>(std::move(groups),
+                                 SgdOptions{.lr = config.lr,
+                                            .momentum = config.momentum,
+                                            .dampening = config.dampening,
+                                            .weight_decay = config.weight_decay,
+                                            .nesterov = config.nesterov},
+                                 backend);
+  if (config.kind == OptimizerKind::adamw)
+    return std::make_unique<AdamW>(std::move(groups),
+                                   AdamWOptions{.lr = config.lr,
+                                                .beta1 = config.beta1,
+                                                .beta2 = config.beta2,
+                                                .epsilon = config.epsilon,
+                                                .weight_decay = config.weight_decay},
                                    backend);
-    case OptimizerKind::adamw:
-      return std::make_unique<AdamW>(std::move(groups),
-                                     AdamWOptions{.lr = config.lr,
-                                                  .beta1 = config.beta1,
-                                                  .beta2 = config.beta2,
-                                                  .epsilon = config.epsilon,
-                                                  .weight_decay = config.weight_decay},
-                                     backend);
-  }
   throw Error(fmt::format("unknown optimizer kind {}", static_cast<int>(config.kind)));
 }
 

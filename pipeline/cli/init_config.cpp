@@ -15,7 +15,7 @@
 #include "kernels/core/error.hpp"
 #include "pipeline/config/config.hpp"
 #include "pipeline/data/dataset.hpp"
-#include "pipeline/data/image_plan.hpp"
+#include "pipeline/data/image_tiling.hpp"
 #include "pipeline/plan/plan.hpp"
 #include "pipeline/plan/plan_units.hpp"
 #include "pipeline/common/random.hpp"

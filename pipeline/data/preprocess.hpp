@@ -33,7 +33,7 @@ struct Preprocessing {
 };
 
 // Writes channels x tile.rows x tile.cols floats to `out`. The tile is 8- or 16-bit
-// with 1 or 3 channels; pixels are divided by `full_scale` (the image's, ImagePlan::
+// with 1 or 3 channels; pixels are divided by `full_scale` (the image's, ImageTiling::
 // full_scale; 0: the storage's 255 or 65535); RGB becomes grey (ITU-R BT.601 luma)
 // for a 1-channel model, grey is repeated for a 3-channel one.
 void preprocess_tile(const cv::Mat& tile, const Preprocessing& preprocessing, std::uint64_t seed, float* out,

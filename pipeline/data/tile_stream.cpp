@@ -28,7 +28,7 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
 struct TileWork {
   std::uint64_t sequence = 0;
   std::size_t job = 0;
-  std::shared_ptr<const ImagePlan> plan;
+  std::shared_ptr<const ImageTiling> plan;
   std::int64_t tile = 0;
   Tensor pixels;  // [C, T, T]
 };
@@ -74,13 +74,13 @@ class PlanSlot {
       if (state_ != State::waiting) return false;
       state_ = State::planning;
     }
-    std::shared_ptr<const ImagePlan> plan;
+    std::shared_ptr<const ImageTiling> plan;
     std::exception_ptr error;
     try {
       // Isolated: a parallel loop inside the planner (the thumbnail, OpenCV) must not
       // pick up the input node's task while waiting, which could then block on this
       // very plan.
-      oneapi::tbb::this_task_arena::isolate([&] { plan = std::make_shared<const ImagePlan>(planner(image)); });
+      oneapi::tbb::this_task_arena::isolate([&] { plan = std::make_shared<const ImageTiling>(planner(image)); });
     } catch (...) {
       error = std::current_exception();
     }
@@ -95,7 +95,7 @@ class PlanSlot {
   }
   // The plan, made here if no one has started it, else waited for; rethrows the
   // planner's error.
-  std::shared_ptr<const ImagePlan> take(const TileStream::Planner& planner, std::size_t image) {
+  std::shared_ptr<const ImageTiling> take(const TileStream::Planner& planner, std::size_t image) {
     make(planner, image);
     std::unique_lock lock(mutex_);
     made_.wait(lock, [&] { return state_ == State::made; });
@@ -112,7 +112,7 @@ class PlanSlot {
   std::mutex mutex_;
   std::condition_variable made_;
   State state_ = State::waiting;
-  std::shared_ptr<const ImagePlan> plan_;
+  std::shared_ptr<const ImageTiling> plan_;
   std::exception_ptr error_;
 };
 
@@ -164,7 +164,7 @@ StreamStats TileStream::run(const std::vector<StreamJob>& schedule, const Planne
     std::size_t job_index = 0;
     std::int64_t tile_index = 0;
     std::uint64_t sequence = 0;
-    std::shared_ptr<const ImagePlan> current_plan;
+    std::shared_ptr<const ImageTiling> current_plan;
 
     flow::input_node<TileWork> input(graph, [&](oneapi::tbb::flow_control& control) -> TileWork {
       while (!latch.failed() && job_index < schedule.size()) {
@@ -208,7 +208,7 @@ StreamStats TileStream::run(const std::vector<StreamJob>& schedule, const Planne
       }
       if (latch.failed()) return work;
       try {
-        const ImagePlan& plan = *work.plan;
+        const ImageTiling& plan = *work.plan;
         const cv::Rect& rect = plan.tiles[static_cast<std::size_t>(work.tile)];
         cv::Mat pixels = tiler::read_tile(*plan.source, plan.sampling, rect);
         work.pixels = Tensor::empty({preprocessing.channels, rect.height, rect.width});
@@ -233,7 +233,7 @@ StreamStats TileStream::run(const std::vector<StreamJob>& schedule, const Planne
         std::get<0>(ports).try_put(1);
         return;
       }
-      const ImagePlan& plan = *work.plan;
+      const ImageTiling& plan = *work.plan;
       const auto tiles = static_cast<std::int64_t>(plan.tiles.size());
       if (batch_filled == 0) {
         batch_first = work.tile;

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "kernels/core/tensor.hpp"
-#include "pipeline/data/image_plan.hpp"
+#include "pipeline/data/image_tiling.hpp"
 #include "pipeline/data/preprocess.hpp"
 
 namespace bigtrain {
@@ -33,7 +33,7 @@ struct TileBatch {
   std::size_t job = 0;  // index into the schedule
   std::size_t image = 0;
   int pass = 0;
-  std::shared_ptr<const ImagePlan> plan;
+  std::shared_ptr<const ImageTiling> plan;
   std::int64_t first_tile = 0;  // rows [first_tile, first_tile + pixels.dim(0)) of the image
   bool last_of_job = false;
   Tensor pixels;  // host float32 [B, C, T, T]
@@ -64,9 +64,9 @@ class TileStream {
   // plan. With plan_ahead = 0 it is called from the input node when the stream
   // reaches the image's first job. Otherwise it is called on a worker thread up to
   // plan_ahead images earlier, possibly while the consumer runs and while another
-  // image is being planned, so it must be thread-safe (plan_image is). Either way a
+  // image is being planned, so it must be thread-safe (image_tiling is). Either way a
   // planner's error surfaces when the stream reaches that image, as if planned then.
-  using Planner = std::function<ImagePlan(std::size_t image)>;
+  using Planner = std::function<ImageTiling(std::size_t image)>;
   // Called for each batch in schedule order, from one thread at a time.
   using Consumer = std::function<void(const TileBatch& batch)>;
 

@@ -67,7 +67,7 @@ void NcclCommunicator::allreduce_sum(std::span<const DeviceBuffer> buffers) {
   std::vector<std::size_t> sizes;
   sizes.reserve(buffers.size());
   for (const DeviceBuffer& b : buffers) sizes.push_back(b.count);
-  for (const GradientBucket& bucket : plan_gradient_buckets(sizes, kNcclBucketElements)) {
+  for (const GradientBucket& bucket : bucket_gradients(sizes, kNcclBucketElements)) {
     if (bucket.elements == 0) continue;
     float* data = buffers[bucket.first].data;
     if (bucket.staged()) {

@@ -41,7 +41,7 @@ class NcclCommunicator {
   NcclCommunicator& operator=(const NcclCommunicator&) = delete;
 
   // Element-wise sum over ranks of every buffer, in place, in as many ncclAllReduce
-  // calls as plan_gradient_buckets makes (ResNet-50: 2); returns when done.
+  // calls as bucket_gradients makes (ResNet-50: 2); returns when done.
   void allreduce_sum(std::span<const DeviceBuffer> buffers);
   Device device() const { return device_; }
   // "NCCL 2.28.9 over 2 ranks"

@@ -4,7 +4,7 @@
 
 namespace bigtrain {
 
-std::vector<GradientBucket> plan_gradient_buckets(std::span<const std::size_t> sizes, std::size_t max_elements) {
+std::vector<GradientBucket> bucket_gradients(std::span<const std::size_t> sizes, std::size_t max_elements) {
   BT_CHECK(max_elements > 0, "gradient buckets need a positive size bound");
   std::vector<GradientBucket> buckets;
   for (std::size_t i = 0; i < sizes.size(); ++i) {

@@ -29,6 +29,6 @@ struct GradientBucket {
 // `max_elements` elements, in order; a tensor larger than that is a bucket of its
 // own, reduced in place (so staging never needs more than `max_elements`). Every
 // tensor is in exactly one bucket.
-std::vector<GradientBucket> plan_gradient_buckets(std::span<const std::size_t> sizes, std::size_t max_elements);
+std::vector<GradientBucket> bucket_gradients(std::span<const std::size_t> sizes, std::size_t max_elements);
 
 }  // namespace bigtrain

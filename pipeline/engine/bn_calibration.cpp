@@ -5,7 +5,7 @@
 
 #include "kernels/upload.hpp"
 #include "pipeline/common/random.hpp"
-#include "pipeline/data/image_plan.hpp"
+#include "pipeline/data/image_tiling.hpp"
 #include "pipeline/data/tile_stream.hpp"
 
 namespace bigtrain {
@@ -34,7 +34,7 @@ BnCalibration calibrate_batch_norm(net::Encoder& encoder, Backend backend, const
   const StreamStats stats = stream.run(
       schedule,
       [&](std::size_t image) {
-        return plan_image(train[image].path, config.tiler, true, mix_seed(seed, image), mix_seed(~seed, image),
+        return image_tiling(train[image].path, config.tiler, true, mix_seed(seed, image), mix_seed(~seed, image),
                           config.data.max_value);
       },
       [&](const TileBatch& batch) {

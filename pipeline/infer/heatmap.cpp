@@ -115,7 +115,7 @@ cv::Vec3b heatmap_colour(float value, float low, float high) {
 void write_heatmap_png(const std::string& path, const ImagePrediction& prediction, const HeatmapValues& values,
                        int max_side) {
   check_prediction(prediction, values);
-  const ImagePlan& plan = *prediction.plan;
+  const ImageTiling& plan = *prediction.plan;
   const tiler::Thumbnail thumbnail = tiler::make_thumbnail(*plan.source, max_side, plan.full_scale);
   cv::Mat background;
   if (thumbnail.pixels.channels() == 1) {
@@ -158,7 +158,7 @@ void write_heatmap_png(const std::string& path, const ImagePrediction& predictio
 
 void write_heatmap_tiff(const std::string& path, const ImagePrediction& prediction, const HeatmapValues& values) {
   check_prediction(prediction, values);
-  const ImagePlan& plan = *prediction.plan;
+  const ImageTiling& plan = *prediction.plan;
   // One pixel per tile step: tile origins and ends fall on multiples of this cell
   // (up to the border policy's last row/column), so overlaps average exactly.
   int cell = plan.tile_size;

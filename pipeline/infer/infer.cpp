@@ -135,7 +135,7 @@ InferenceStats InferenceEngine::run(const std::vector<InferenceItem>& items,
           [&](std::size_t i) {
             planning = i;
             planned_at[i] = Clock::now();
-            ImagePlan plan = plan_image(items[i].path, checkpoint_.tiler, false, 0, 0, checkpoint_.max_value);
+            ImageTiling plan = image_tiling(items[i].path, checkpoint_.tiler, false, 0, 0, checkpoint_.max_value);
             planning.reset();
             return plan;
           },
@@ -253,12 +253,12 @@ InferenceStats InferenceEngine::run_streamed(const std::vector<InferenceItem>& i
         // applied to its feature (a class activation map), its attention weight.
         const net::StreamPlan& plan = step.last_plan();
         const std::int64_t stride = plan.field.y.stride, cells_y = plan.feature_map[2], cells_x = plan.feature_map[3];
-        auto image_plan = std::make_shared<ImagePlan>();
-        image_plan->path = item.path;
-        image_plan->source = reader.source();
-        image_plan->sampling = reader.sampling();
-        image_plan->tile_size = static_cast<int>(stride);
-        image_plan->full_scale = reader.full_scale();
+        auto tiling = std::make_shared<ImageTiling>();
+        tiling->path = item.path;
+        tiling->source = reader.source();
+        tiling->sampling = reader.sampling();
+        tiling->tile_size = static_cast<int>(stride);
+        tiling->full_scale = reader.full_scale();
         const cv::Rect image_rect(0, 0, static_cast<int>(reader.sampling().width),
                                   static_cast<int>(reader.sampling().height));
         const std::vector<float> logits =
@@ -277,10 +277,10 @@ InferenceStats InferenceEngine::run_streamed(const std::vector<InferenceItem>& i
             if (r.rect.empty()) continue;  // a cell of the padding beyond the image's last pixel
             r.attention = attention ? weights[static_cast<std::size_t>(k)] : std::nanf("");
             r.class_scores = softmax_row(logits.data() + k * classes, classes);
-            image_plan->tiles.push_back(r.rect);
+            tiling->tiles.push_back(r.rect);
             p.tile_results.push_back(std::move(r));
           }
-        p.plan = std::move(image_plan);
+        p.plan = std::move(tiling);
       }
       step.end_image();
     } catch (const std::exception& error) {

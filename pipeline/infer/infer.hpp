@@ -22,7 +22,7 @@
 #include "net/aggregator.hpp"
 #include "net/model.hpp"
 #include "pipeline/config/config.hpp"
-#include "pipeline/data/image_plan.hpp"
+#include "pipeline/data/image_tiling.hpp"
 #include "pipeline/data/preprocess.hpp"
 #include "pipeline/engine/checkpoint_metadata.hpp"
 
@@ -68,7 +68,7 @@ struct ImagePrediction {
   std::int64_t grid_tiles = 0;
   std::int64_t background_dropped = 0;
   double seconds = 0.0;   // from planning the image to its prediction
-  std::shared_ptr<const ImagePlan> plan;  // kept only when tile results are asked for
+  std::shared_ptr<const ImageTiling> plan;  // kept only when tile results are asked for
   std::vector<TileResult> tile_results;   // idem
 
   bool ok() const { return error.empty(); }

@@ -419,7 +419,7 @@ EpochSummary Trainer::State::train_epoch(std::int64_t epoch) {
   if (!schedule.empty()) stats = stream.run(
       schedule,
       [&](std::size_t image) {
-        return plan_image(train[image].path, config.tiler, true, seed(kSubsample, e, image), seed(kAugment, e, image),
+        return image_tiling(train[image].path, config.tiler, true, seed(kSubsample, e, image), seed(kAugment, e, image),
                           config.data.max_value);
       },
       [&](const TileBatch& batch) {
@@ -517,7 +517,7 @@ EpochSummary Trainer::State::evaluate(const std::vector<Sample>& split, const st
   if (streaming()) schedule.clear();
   StreamStats stats;
   if (!schedule.empty()) stats = stream.run(
-      schedule, [&](std::size_t image) { return plan_image(split[image].path, config.tiler, false, 0, 0, config.data.max_value); },
+      schedule, [&](std::size_t image) { return image_tiling(split[image].path, config.tiler, false, 0, 0, config.data.max_value); },
       [&](const TileBatch& batch) {
         const Sample& sample = split[batch.image];
         if (batch.first_tile == 0)

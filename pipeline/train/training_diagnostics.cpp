@@ -25,7 +25,7 @@ std::map<std::string, std::vector<cv::Rect>> load_label_boxes(const std::string&
   return boxes;
 }
 
-std::vector<bool> evidence_tiles(const ImagePlan& plan, const std::vector<cv::Rect>& boxes) {
+std::vector<bool> evidence_tiles(const ImageTiling& plan, const std::vector<cv::Rect>& boxes) {
   std::vector<bool> evidence(plan.tiles.size(), false);
   const double scale = plan.sampling.downsample;  // level-0 pixels per grid pixel
   for (std::size_t k = 0; k < plan.tiles.size(); ++k) {
@@ -89,7 +89,7 @@ TrainingDiagnostics::TrainingDiagnostics(const std::string& run_dir, const std::
     spdlog::info("train.diagnostics: no objects file beside {}: evidence columns stay empty", train_manifest);
 }
 
-void TrainingDiagnostics::image(std::int64_t epoch, std::int64_t step, const ImagePlan& plan, int label, double loss,
+void TrainingDiagnostics::image(std::int64_t epoch, std::int64_t step, const ImageTiling& plan, int label, double loss,
                                 const Tensor& attention, const std::vector<std::int64_t>& selected) {
   const auto found = boxes_.find(fs::weakly_canonical(plan.path).string());
   std::string evidence_text = ",,,";

@@ -26,7 +26,7 @@
 
 #include "kernels/core/tensor.hpp"
 #include "net/parameter.hpp"
-#include "pipeline/data/image_plan.hpp"
+#include "pipeline/data/image_tiling.hpp"
 
 namespace bigtrain {
 
@@ -35,7 +35,7 @@ namespace bigtrain {
 std::map<std::string, std::vector<cv::Rect>> load_label_boxes(const std::string& manifest);
 
 // Which of the plan's tiles hold at least half of one box's area.
-std::vector<bool> evidence_tiles(const ImagePlan& plan, const std::vector<cv::Rect>& boxes);
+std::vector<bool> evidence_tiles(const ImageTiling& plan, const std::vector<cv::Rect>& boxes);
 
 struct AttentionSummary {
   double entropy = 0.0;      // H(a) / ln N (0 when N = 1)
@@ -54,7 +54,7 @@ class TrainingDiagnostics {
   // After an image's head forward: its plan, label, loss and attention (empty for
   // mean/max aggregators).
   // `selected`: the rows the head saw with top_tiles (empty: all).
-  void image(std::int64_t epoch, std::int64_t step, const ImagePlan& plan, int label, double loss,
+  void image(std::int64_t epoch, std::int64_t step, const ImageTiling& plan, int label, double loss,
              const Tensor& attention, const std::vector<std::int64_t>& selected);
   // Before the optimizer step: the accumulated gradients.
   void step(std::int64_t epoch, std::int64_t step);

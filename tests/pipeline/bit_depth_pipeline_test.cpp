@@ -10,7 +10,7 @@
 
 #include "kernels/core/error.hpp"
 #include "pipeline/config/config.hpp"
-#include "pipeline/data/image_plan.hpp"
+#include "pipeline/data/image_tiling.hpp"
 #include "pipeline/data/preprocess.hpp"
 #include "tests/support/demo_dataset.hpp"
 #include "tiler/tile_reader.hpp"
@@ -31,7 +31,7 @@ std::string write_12bit(const std::string& dir, bool tagged) {
   return path;
 }
 
-float brightest_input(const ImagePlan& plan) {
+float brightest_input(const ImageTiling& plan) {
   Preprocessing p;
   p.channels = 1;
   p.mean = {0.0f};
@@ -47,15 +47,15 @@ TEST(BitDepthPipeline, TwelveBitImageReachesOneAtItsDeclaredMaximum) {
   std::filesystem::create_directories(dir);
   TilerConfig tiler;
   tiler.tile = 64;
-  const ImagePlan tagged = plan_image(write_12bit(dir, true), tiler, false, 0, 0);
+  const ImageTiling tagged = image_tiling(write_12bit(dir, true), tiler, false, 0, 0);
   EXPECT_EQ(tagged.full_scale, 4095);
   EXPECT_FLOAT_EQ(brightest_input(tagged), 1.0f);
   // No tag: the storage's scale, unless data.max_value says otherwise.
   const std::string untagged = write_12bit(dir, false);
-  const ImagePlan plain = plan_image(untagged, tiler, false, 0, 0);
+  const ImageTiling plain = image_tiling(untagged, tiler, false, 0, 0);
   EXPECT_EQ(plain.full_scale, 65535);
   EXPECT_NEAR(brightest_input(plain), 4095.0f / 65535.0f, 1e-7);
-  const ImagePlan overridden = plan_image(untagged, tiler, false, 0, 0, 4095);
+  const ImageTiling overridden = image_tiling(untagged, tiler, false, 0, 0, 4095);
   EXPECT_EQ(overridden.full_scale, 4095);
   EXPECT_FLOAT_EQ(brightest_input(overridden), 1.0f);
 }

@@ -14,7 +14,7 @@
 #include "net/encoder.hpp"
 #include "pipeline/config/config.hpp"
 #include "pipeline/data/demo_data.hpp"
-#include "pipeline/data/image_plan.hpp"
+#include "pipeline/data/image_tiling.hpp"
 #include "pipeline/data/preprocess.hpp"
 #include "pipeline/engine/bn_calibration.hpp"
 #include "tests/support/demo_dataset.hpp"
@@ -53,7 +53,7 @@ device: {type: cpu, threads: 2}
   // image, computed from conv1's output outside the calibration code.
   std::pair<std::vector<double>, std::vector<double>> stem_statistics(const std::string& path, std::int64_t first,
                                                                       std::int64_t count) {
-    const ImagePlan plan = plan_image(path, config_.tiler, true, 0, 0);
+    const ImageTiling plan = image_tiling(path, config_.tiler, true, 0, 0);
     const Preprocessing preprocessing = Preprocessing::from_config(config_, 1, true);
     const int t = plan.tile_size;
     Tensor x = Tensor::empty({count, 1, t, t});

@@ -7,7 +7,7 @@
 #include <filesystem>
 
 #include "pipeline/data/foreground_cache.hpp"
-#include "pipeline/data/image_plan.hpp"
+#include "pipeline/data/image_tiling.hpp"
 #include "tests/support/demo_dataset.hpp"
 
 namespace bigtrain {
@@ -27,24 +27,24 @@ TEST(ForegroundCache, SameTilesAsFilteringAgainAndFilteredOnce) {
   const std::string image = (dir / "train" / "00001.tif").string();
 
   clear_foreground_cache();
-  const ImagePlan first = plan_image(image, config, false, 0, 0);
+  const ImageTiling first = image_tiling(image, config, false, 0, 0);
   ASSERT_GT(first.background_dropped, 0) << "the test needs a filter that drops tiles";
   ASSERT_FALSE(first.tiles.empty());
-  const ImagePlan again = plan_image(image, config, false, 0, 0);
+  const ImageTiling again = image_tiling(image, config, false, 0, 0);
   EXPECT_EQ(again.tiles, first.tiles);
   EXPECT_EQ(foreground_cache_stats().misses, 1);
   EXPECT_EQ(foreground_cache_stats().hits, 1);
 
   clear_foreground_cache();
-  EXPECT_EQ(plan_image(image, config, false, 0, 0).tiles, first.tiles) << "filtered afresh: the same tiles";
+  EXPECT_EQ(image_tiling(image, config, false, 0, 0).tiles, first.tiles) << "filtered afresh: the same tiles";
 
   // Settings the filter depends on are part of the key.
   config.min_foreground = 0.05;
-  const ImagePlan stricter = plan_image(image, config, false, 0, 0);
+  const ImageTiling stricter = image_tiling(image, config, false, 0, 0);
   EXPECT_LT(stricter.tiles.size(), first.tiles.size());
   config.min_foreground = 0.01;
   config.overlap = 32;
-  const ImagePlan denser = plan_image(image, config, false, 0, 0);
+  const ImageTiling denser = image_tiling(image, config, false, 0, 0);
   EXPECT_GT(denser.grid_tiles, first.grid_tiles);
   EXPECT_EQ(foreground_cache_stats().misses, 3);
   EXPECT_EQ(foreground_cache_stats().hits, 0);
@@ -52,7 +52,7 @@ TEST(ForegroundCache, SameTilesAsFilteringAgainAndFilteredOnce) {
   // Training subsamples after the cache: the subset is drawn from the cached tiles.
   config.overlap = 16;
   config.max_tiles_per_image = 3;
-  const ImagePlan subset = plan_image(image, config, true, 7, 0);
+  const ImageTiling subset = image_tiling(image, config, true, 7, 0);
   ASSERT_EQ(subset.tiles.size(), 3u);
   for (const cv::Rect& tile : subset.tiles)
     EXPECT_NE(std::find(first.tiles.begin(), first.tiles.end(), tile), first.tiles.end());

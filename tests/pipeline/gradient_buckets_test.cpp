@@ -15,7 +15,7 @@ namespace {
 
 // The invariants any plan must keep, for any sizes and bound.
 void expect_valid_plan(const std::vector<std::size_t>& sizes, std::size_t bound) {
-  const auto buckets = plan_gradient_buckets(sizes, bound);
+  const auto buckets = bucket_gradients(sizes, bound);
   std::size_t next = 0;
   for (const GradientBucket& b : buckets) {
     ASSERT_EQ(b.first, next) << "buckets must cover the tensors in order, without gaps or overlap";
@@ -34,7 +34,7 @@ void expect_valid_plan(const std::vector<std::size_t>& sizes, std::size_t bound)
 
 TEST(GradientBuckets, SmallTensorsShareOneBucket) {
   const std::vector<std::size_t> sizes{3, 4, 2};
-  const auto buckets = plan_gradient_buckets(sizes, 100);
+  const auto buckets = bucket_gradients(sizes, 100);
   ASSERT_EQ(buckets.size(), 1u);
   EXPECT_EQ(buckets[0].first, 0u);
   EXPECT_EQ(buckets[0].end, 3u);
@@ -44,7 +44,7 @@ TEST(GradientBuckets, SmallTensorsShareOneBucket) {
 
 TEST(GradientBuckets, SplitsAtTheBound) {
   const std::vector<std::size_t> sizes{4, 4, 4, 4, 4};
-  const auto buckets = plan_gradient_buckets(sizes, 8);
+  const auto buckets = bucket_gradients(sizes, 8);
   ASSERT_EQ(buckets.size(), 3u);
   EXPECT_EQ(buckets[0].elements, 8u);  // exactly the bound still fits
   EXPECT_EQ(buckets[1].elements, 8u);
@@ -54,7 +54,7 @@ TEST(GradientBuckets, SplitsAtTheBound) {
 
 TEST(GradientBuckets, OversizedTensorGoesAloneInPlace) {
   const std::vector<std::size_t> sizes{2, 50, 3, 1};
-  const auto buckets = plan_gradient_buckets(sizes, 10);
+  const auto buckets = bucket_gradients(sizes, 10);
   ASSERT_EQ(buckets.size(), 3u);
   EXPECT_EQ(buckets[0].end, 1u);
   EXPECT_EQ(buckets[1].first, 1u);
@@ -65,8 +65,8 @@ TEST(GradientBuckets, OversizedTensorGoesAloneInPlace) {
 }
 
 TEST(GradientBuckets, NoTensorsNoBuckets) {
-  EXPECT_TRUE(plan_gradient_buckets(std::vector<std::size_t>{}, 10).empty());
-  EXPECT_THROW(plan_gradient_buckets(std::vector<std::size_t>{1}, 0), Error);
+  EXPECT_TRUE(bucket_gradients(std::vector<std::size_t>{}, 10).empty());
+  EXPECT_THROW(bucket_gradients(std::vector<std::size_t>{1}, 0), Error);
 }
 
 TEST(GradientBuckets, RandomSizesKeepTheInvariants) {
@@ -98,7 +98,7 @@ TEST(GradientBuckets, ResNet50TakesTwoCalls) {
   sizes.insert(sizes.end(), {1000 * 2048, 1000});
   EXPECT_EQ(sizes.size(), 161u);
   EXPECT_EQ(std::accumulate(sizes.begin(), sizes.end(), std::size_t{0}), 25557032u);
-  EXPECT_EQ(plan_gradient_buckets(sizes, kNcclBucketElements).size(), 2u);
+  EXPECT_EQ(bucket_gradients(sizes, kNcclBucketElements).size(), 2u);
   expect_valid_plan(sizes, kNcclBucketElements);
 }
 

@@ -59,7 +59,7 @@ class HeatmapFileTest : public ::testing::Test {
     write.channels = 1;
     write.block_size = 128;
     tiler::write_tiff(image_, write, [](int, const cv::Rect&, cv::Mat& pixels) { pixels.setTo(200); });
-    auto plan = std::make_shared<ImagePlan>();
+    auto plan = std::make_shared<ImageTiling>();
     plan->path = image_;
     plan->source = tiler::open_image(image_);
     plan->sampling = tiler::sampling_at_level(plan->source->info(), 0);

@@ -5,6 +5,8 @@
 // when the same layers run.
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include <cmath>
 #include <memory>
 
@@ -113,10 +115,12 @@ struct Case {
   std::int64_t batch;
 };
 
-// One real training step of one image whose tiles form one batch: pass 1, head and
-// loss, pass 2, optimizer step; measured after a first step has created the
-// gradients, optimizer state and kernel caches (the steady state the plan predicts).
-std::size_t measured_step_peak(const net::ModelSpec& spec, const PlanInputs& in) {
+// One real training step of one image whose tiles form one batch x: `image` makes the
+// step's calls between begin_image and end_image, then the optimizer steps; measured
+// after a first step has created the gradients, optimizer state and kernel caches
+// (the steady state the plan predicts).
+using ImageCalls = std::function<void(TwoPassStep& step, const Tensor& x)>;
+std::size_t measured_step_peak(const net::ModelSpec& spec, const PlanInputs& in, const ImageCalls& image) {
   net::Encoder encoder(spec.encoder, 11);
   auto aggregator = net::make_aggregator(in.aggregator, encoder.feature_dim(), 12);
   net::Linear head("fc", encoder.feature_dim(), spec.num_classes, 13);
@@ -129,9 +133,7 @@ std::size_t measured_step_peak(const net::ModelSpec& spec, const PlanInputs& in)
   auto one_step = [&] {
     optimizer->zero_grad();
     step.begin_image(in.tile_batch, 1, 7);
-    step.pass1_batch(x, 0);
-    step.finish_image(1.0f);
-    step.pass2_batch(x, 0);
+    image(step, x);
     step.end_image();
     optimizer->step();
   };
@@ -150,7 +152,12 @@ TEST_P(PlanVsMeasured, PredictedPeakWithin1PercentOfTheAllocator) {
   const PlanInputs in = inputs_for(spec, c.tile, c.batch);
   const StepMemory plan = plan_step_memory(in, c.tile, c.batch, c.batch);
   const std::size_t predicted = plan.peak;
-  const std::size_t measured = measured_step_peak(spec, in);
+  // Pass 1, head and loss, pass 2.
+  const std::size_t measured = measured_step_peak(spec, in, [](TwoPassStep& step, const Tensor& x) {
+    step.pass1_batch(x, 0);
+    step.finish_image(1.0f);
+    step.pass2_batch(x, 0);
+  });
   const double ratio = static_cast<double>(predicted) / static_cast<double>(measured);
   // Printed for the record (the figures quoted in notes come from this line).
   std::printf("[plan] %-34s predicted %12zu  measured %12zu  predicted/measured %.3f  (peak at %s)\n", c.name,
@@ -180,30 +187,11 @@ TEST(PlanSinglePass, InstanceVotePeakIsTheMeasuredOneAndNoPass2IsPlanned) {
   in.aggregator.kind = net::AggregatorKind::instance;
   ASSERT_TRUE(single_pass(in));
   const StepMemory plan = plan_step_memory(in, in.tile, in.tile_batch, in.tile_batch);
-
-  net::Encoder encoder(spec.encoder, 11);
-  auto aggregator = net::make_aggregator(in.aggregator, encoder.feature_dim(), 12);
-  net::Linear head("fc", encoder.feature_dim(), spec.num_classes, 13);
-  const ImageModel model{&encoder, aggregator.get(), &head};
-  net::OptimizerConfig opt;
-  opt.kind = in.optimizer;
-  auto optimizer = net::make_optimizer(opt, model.parameters(), Backend::cpu);
-  TwoPassStep step(model, {.backend = Backend::cpu});
-  ASSERT_TRUE(step.single_pass());
-  const Tensor x = testing::random_tensor({in.tile_batch, spec.encoder.in_channels, in.tile, in.tile}, 5);
-  auto one_step = [&] {
-    optimizer->zero_grad();
-    step.begin_image(in.tile_batch, 1, 7);
+  const std::size_t measured = measured_step_peak(spec, in, [](TwoPassStep& step, const Tensor& x) {
+    ASSERT_TRUE(step.single_pass());
     step.train_instances_batch(x, 0, 1.0f);
     step.finish_image(1.0f);
-    step.end_image();
-    optimizer->step();
-  };
-  one_step();
-  Allocator& allocator = allocator_for(Device::cpu());
-  allocator.reset_peak();
-  one_step();
-  const std::size_t measured = allocator.stats().peak_bytes;
+  });
   const double ratio = static_cast<double>(plan.peak) / static_cast<double>(measured);
   std::printf("[plan] instance single pass predicted %zu measured %zu predicted/measured %.3f (peak at %s)\n",
               plan.peak, measured, ratio, plan.peak_phase.c_str());

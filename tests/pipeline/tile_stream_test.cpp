@@ -58,7 +58,7 @@ class TileStreamTest : public ::testing::Test {
     return p;
   }
   TileStream::Planner planner() const {
-    return [this](std::size_t image) { return plan_image(paths_.at(image), config_, true, 1, 100 + image); };
+    return [this](std::size_t image) { return image_tiling(paths_.at(image), config_, true, 1, 100 + image); };
   }
 
   fs::path dir_;

@@ -21,7 +21,7 @@ namespace {
 namespace fs = std::filesystem;
 
 TEST(TrainingDiagnostics, EvidenceTilesHoldHalfAnObject) {
-  ImagePlan plan;
+  ImageTiling plan;
   plan.sampling.downsample = 2.0;  // grid pixels are 2 level-0 pixels
   plan.tiles = {{0, 0, 32, 32}, {32, 0, 32, 32}, {0, 32, 32, 32}};
   // Level 0: tile 0 covers [0, 64)^2, tile 1 [64, 128) x [0, 64), tile 2 [0, 64) x [64, 128).

@@ -1,8 +1,10 @@
 #pragma once
-// Which tiles of one image a pass reads: the image opened (header only), the grid
-// laid out at the configured level or downsample, background tiles dropped, and in
-// training a seeded random subset of at most max_tiles_per_image tiles. Pass 1 and
-// pass 2 of an image share one plan, so they read the same tiles in the same order.
+// An image's tiling: which tiles of one image a pass reads. The image opened (header
+// only), the grid laid out at the configured level or downsample, background tiles
+// dropped, and in training a seeded random subset of at most max_tiles_per_image
+// tiles. Pass 1 and pass 2 of an image share one tiling, so they read the same tiles
+// in the same order. (Not to be confused with `bigtrain plan`, pipeline/plan/, or
+// net's memory plan.)
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -17,7 +19,7 @@
 
 namespace bigtrain {
 
-struct ImagePlan {
+struct ImageTiling {
   std::string path;
   std::shared_ptr<const tiler::ImageSource> source;
   tiler::Sampling sampling;
@@ -32,7 +34,7 @@ struct ImagePlan {
 // `subsample_seed` picks the subset when config.max_tiles_per_image applies and
 // `training` is true. `max_value` > 0 (data.max_value) replaces the image's own full
 // scale. Throws Error naming the image when it cannot be opened or keeps no tile.
-ImagePlan plan_image(const std::string& path, const TilerConfig& config, bool training, std::uint64_t subsample_seed,
+ImageTiling image_tiling(const std::string& path, const TilerConfig& config, bool training, std::uint64_t subsample_seed,
                      std::uint64_t augment_seed, std::int64_t max_value = 0);
 
 // The background options a tiler config asks for.

@@ -1,4 +1,4 @@
-#include "pipeline/data/image_plan.hpp"
+#include "pipeline/data/image_tiling.hpp"
 
 #include <algorithm>
 #include <numeric>
@@ -21,9 +21,9 @@ tiler::ForegroundOptions foreground_options(const TilerConfig& config) {
   return options;
 }
 
-ImagePlan plan_image(const std::string& path, const TilerConfig& config, bool training, std::uint64_t subsample_seed,
+ImageTiling image_tiling(const std::string& path, const TilerConfig& config, bool training, std::uint64_t subsample_seed,
                      std::uint64_t augment_seed, std::int64_t max_value) {
-  ImagePlan plan;
+  ImageTiling plan;
   plan.path = path;
   plan.source = tiler::open_image(path);
   plan.augment_seed = augment_seed;
