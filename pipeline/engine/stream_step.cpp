@@ -44,17 +44,7 @@ ImageOutcome StreamStep::head(const Tensor& map, int label, bool training, std::
   ctx.dropout_seed = dropout_seed;
   cells_ = net::map_cells(map);
   const Tensor logits = model_.head->forward(model_.aggregator->forward(cells_, ctx), ctx);
-  const Device device = backend_device(options_.backend);
-  Tensor targets = Tensor::empty({1}, DType::i32);
-  targets.data<std::int32_t>()[0] = label;
-  targets = targets.to(device);
-  Tensor dlogits = Tensor::empty(logits.shape(), DType::f32, device);
-  Tensor probabilities = Tensor::empty(logits.shape(), DType::f32, device);
-  kernels::CrossEntropyOptions ce;
-  ce.label_smoothing = options_.label_smoothing;
-  ImageOutcome outcome;
-  outcome.loss = kernels::cross_entropy(options_.backend, logits, targets, nullptr, ce, dlogits, &probabilities);
-  outcome.probabilities = probabilities.to_vector();
+  auto [outcome, dlogits] = image_loss(options_.backend, logits, label, options_.label_smoothing);
   outcome.tiles = static_cast<std::int64_t>(plan_.tiles.size());
   if (training) {
     kernels::scale(options_.backend, loss_scale, dlogits);

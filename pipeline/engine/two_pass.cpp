@@ -206,6 +206,21 @@ ImageOutcome TwoPassStep::vote() {
   return outcome;
 }
 
+ImageLoss image_loss(Backend backend, const Tensor& logits, int label, float label_smoothing) {
+  const Device device = backend_device(backend);
+  Tensor targets = Tensor::empty({1}, DType::i32);
+  targets.data<std::int32_t>()[0] = label;
+  targets = targets.to(device);
+  ImageLoss result;
+  result.dlogits = Tensor::empty(logits.shape(), DType::f32, device);
+  Tensor probabilities = Tensor::empty(logits.shape(), DType::f32, device);
+  kernels::CrossEntropyOptions ce;
+  ce.label_smoothing = label_smoothing;
+  result.outcome.loss = kernels::cross_entropy(backend, logits, targets, nullptr, ce, result.dlogits, &probabilities);
+  result.outcome.probabilities = probabilities.to_vector();
+  return result;
+}
+
 ImageOutcome TwoPassStep::head_forward(bool training, float loss_scale) {
   BT_CHECK(h_.defined() && rows_filled_ == h_.dim(0), "two-pass step: {} of {} tile features computed before the head",
            rows_filled_, h_.defined() ? h_.dim(0) : 0);
@@ -223,17 +238,7 @@ ImageOutcome TwoPassStep::head_forward(bool training, float loss_scale) {
   ctx.dropout_seed = dropout_seed_;
   Tensor z = model_.aggregator->forward(select_rows(), ctx);
   Tensor logits = model_.head->forward(z, ctx);
-  const Device device = backend_device(options_.backend);
-  Tensor targets = Tensor::empty({1}, DType::i32);
-  targets.data<std::int32_t>()[0] = label_;
-  targets = targets.to(device);
-  Tensor dlogits = Tensor::empty(logits.shape(), DType::f32, device);
-  Tensor probabilities = Tensor::empty(logits.shape(), DType::f32, device);
-  kernels::CrossEntropyOptions ce;
-  ce.label_smoothing = options_.label_smoothing;
-  ImageOutcome outcome;
-  outcome.loss = kernels::cross_entropy(options_.backend, logits, targets, nullptr, ce, dlogits, &probabilities);
-  outcome.probabilities = probabilities.to_vector();
+  auto [outcome, dlogits] = image_loss(options_.backend, logits, label_, options_.label_smoothing);
   outcome.tiles = h_.dim(0);
   if (training) {
     kernels::scale(options_.backend, loss_scale, dlogits);

@@ -56,6 +56,16 @@ struct ImageOutcome {
   std::int64_t tiles = 0;
 };
 
+// One image's cross-entropy from its logits [1, classes]: the loss and the
+// probabilities (outcome; tiles left 0 for the caller) and the loss's gradient with
+// respect to the logits, unscaled, on the backend's device. The two-pass and the
+// streamed steps end the same way.
+struct ImageLoss {
+  ImageOutcome outcome;
+  Tensor dlogits;
+};
+ImageLoss image_loss(Backend backend, const Tensor& logits, int label, float label_smoothing);
+
 struct TwoPassOptions {
   Backend backend = Backend::cpu;
   bool freeze_bn = false;
