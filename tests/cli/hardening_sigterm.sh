@@ -18,7 +18,9 @@ cleanup() {
 trap cleanup EXIT
 cd "$tmp"
 
-"$BIGTRAIN" make-demo-data --out data --mnist "$SOURCE/tests/data/mnist" --size 256 --classes 0,1 --train 12 --val 4 \
+# 48 training images: an epoch must outlast the 0.1 s the signal waits for the
+# log line (with 12, an idle machine finished epoch 2 first: stopped at its end).
+"$BIGTRAIN" make-demo-data --out data --mnist "$SOURCE/tests/data/mnist" --size 256 --classes 0,1 --train 48 --val 4 \
   --test 2 --tile 128 >/dev/null 2>&1
 cat > run.yaml <<'YAML'
 data: {train: data/train.csv, val: data/val.csv, test: data/test.csv, mean: [0.05], std: [0.2]}
