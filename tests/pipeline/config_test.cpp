@@ -5,6 +5,7 @@
 #include <fstream>
 #include <string>
 
+#include "tests/support/error_of.hpp"
 #include "kernels/core/error.hpp"
 #include "pipeline/config/config.hpp"
 
@@ -12,16 +13,7 @@ namespace bigtrain {
 namespace {
 
 // The message of the Error `f` throws; fails the test when it throws nothing.
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  ADD_FAILURE() << "expected a bigtrain::Error";
-  return {};
-}
+using testing::error_of;
 
 const char* kMinimal = "data:\n  train: /data/train.csv\n";
 

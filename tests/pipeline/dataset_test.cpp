@@ -5,6 +5,7 @@
 #include <fstream>
 #include <string>
 
+#include "tests/support/error_of.hpp"
 #include "kernels/core/error.hpp"
 #include "pipeline/data/dataset.hpp"
 
@@ -12,16 +13,7 @@ namespace bigtrain {
 namespace {
 namespace fs = std::filesystem;
 
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  ADD_FAILURE() << "expected a bigtrain::Error";
-  return {};
-}
+using testing::error_of;
 
 // A scratch folder with empty image files (existence is all the dataset checks).
 class DatasetTest : public ::testing::Test {

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
+#include "tests/support/error_of.hpp"
 #include "kernels/core/allocator.hpp"
 #include "kernels/core/error.hpp"
 #include "kernels/cross_entropy.hpp"
@@ -31,16 +32,7 @@ namespace bigtrain {
 namespace {
 namespace fs = std::filesystem;
 
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  ADD_FAILURE() << "expected a bigtrain::Error";
-  return {};
-}
+using testing::error_of;
 
 net::ModelSpec small_spec() {
   return net::model_spec_from_yaml(
