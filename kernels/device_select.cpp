@@ -37,25 +37,30 @@ std::string cuda_device_unusable([[maybe_unused]] int index) {
 
 }  // namespace
 
-Backend select_backend(std::string_view device_type, int index) {
-  if (index < 0) index = backend_device(Backend::cuda).index;
-  if (device_type == "cpu") return Backend::cpu;
+BackendChoice choose_backend(std::string_view device_type, std::string_view unavailable, std::string_view unusable) {
+  if (device_type == "cpu") return {Backend::cpu, {}};
   if (device_type == "cuda") {
-    const std::string reason = cuda_unavailable();
-    if (!reason.empty()) throw Error(fmt::format("device: cuda was requested, but no GPU can be used: {}", reason));
-    if (const std::string unusable = cuda_device_unusable(index); !unusable.empty())
-      throw Error(fmt::format("device: cuda was requested, but {}", unusable));
-    return Backend::cuda;
+    if (!unavailable.empty()) throw Error(fmt::format("device: cuda was requested, but no GPU can be used: {}", unavailable));
+    if (!unusable.empty()) throw Error(fmt::format("device: cuda was requested, but {}", unusable));
+    return {Backend::cuda, {}};
   }
   if (device_type == "auto") {
-    if (!cuda_unavailable().empty()) return Backend::cpu;  // no GPU: the CPU is the plain choice, no warning
-    if (const std::string unusable = cuda_device_unusable(index); !unusable.empty()) {
-      spdlog::warn("device: auto runs on the CPU: {}", unusable);
-      return Backend::cpu;
-    }
-    return Backend::cuda;
+    // No GPU at all: the CPU is the plain choice, said in the "device:" log line, no warning.
+    if (!unavailable.empty()) return {Backend::cpu, {}};
+    if (!unusable.empty()) return {Backend::cpu, fmt::format("device: auto runs on the CPU: {}", unusable)};
+    return {Backend::cuda, {}};
   }
   throw Error(fmt::format("device: unknown device type '{}' (valid: cpu, cuda, auto)", device_type));
+}
+
+Backend select_backend(std::string_view device_type, int index) {
+  if (index < 0) index = backend_device(Backend::cuda).index;
+  const std::string unavailable = device_type == "cpu" ? std::string() : cuda_unavailable();
+  const std::string unusable =
+      device_type == "cpu" || !unavailable.empty() ? std::string() : cuda_device_unusable(index);
+  const BackendChoice choice = choose_backend(device_type, unavailable, unusable);
+  if (!choice.warning.empty()) spdlog::warn("{}", choice.warning);
+  return choice.backend;
 }
 
 void apply_cuda_limits([[maybe_unused]] std::size_t memory_limit, [[maybe_unused]] std::size_t cudnn_workspace) {

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "kernels/core/error.hpp"
+#include "kernels/core/memory_size.hpp"
 #include "net/model_spec.hpp"
 #include "pipeline/common/atomic_file.hpp"
 #include "pipeline/config/config_reader.hpp"
@@ -146,6 +147,17 @@ TrainConfig read_train(ConfigSection s) {
     t.loss_scale.growth_interval = l.get_int("growth_interval", t.loss_scale.growth_interval, 1, kIntMax);
     l.finish();
   }
+  t.cudnn_workspace = s.get_string("cudnn_workspace", t.cudnn_workspace);
+  // 0 is a choice: only the algorithms that need no scratch.
+  if (t.cudnn_workspace == "0") {
+    t.cudnn_workspace_bytes = 0;
+  } else {
+    try {
+      t.cudnn_workspace_bytes = parse_memory_size(t.cudnn_workspace);
+    } catch (const Error& error) {
+      s.fail("cudnn_workspace", error.what());
+    }
+  }
   s.finish();
   return t;
 }
@@ -156,6 +168,19 @@ DeviceConfig read_device(ConfigSection s) {
   d.index = s.get_int("index", d.index, 0, 1024);
   d.threads = s.get_int("threads", d.threads, 0, 4096);
   d.tiles_in_flight = s.get_int("tiles_in_flight", d.tiles_in_flight, 0, 1 << 20);
+  d.memory_limit = s.get_string("memory_limit", d.memory_limit);
+  if (!d.memory_limit.empty()) {
+    try {
+      d.memory_limit_bytes = parse_memory_size(d.memory_limit);
+    } catch (const Error& error) {
+      s.fail("memory_limit", error.what());
+    }
+    // Below this not even the weights and workspace of a small model fit, so a
+    // smaller figure is a typo (512KiB for 512MiB) rather than a wish.
+    if (d.memory_limit_bytes < (std::size_t{64} << 20))
+      s.fail("memory_limit", fmt::format("{} is below 64MiB, too little for any model's weights and workspace",
+                                         d.memory_limit));
+  }
   s.finish();
   return d;
 }
@@ -357,6 +382,7 @@ std::string config_to_yaml(const Config& c) {
   out << YAML::Key << "init" << YAML::Value << t.loss_scale.init;
   out << YAML::Key << "growth_interval" << YAML::Value << t.loss_scale.growth_interval;
   out << YAML::EndMap;
+  out << YAML::Key << "cudnn_workspace" << YAML::Value << t.cudnn_workspace;
   out << YAML::EndMap;
 
   out << YAML::Key << "device" << YAML::Value << YAML::BeginMap;
@@ -364,6 +390,7 @@ std::string config_to_yaml(const Config& c) {
   out << YAML::Key << "index" << YAML::Value << c.device.index;
   out << YAML::Key << "threads" << YAML::Value << c.device.threads;
   out << YAML::Key << "tiles_in_flight" << YAML::Value << c.device.tiles_in_flight;
+  out << YAML::Key << "memory_limit" << YAML::Value << c.device.memory_limit;
   out << YAML::EndMap;
 
   out << YAML::Key << "output" << YAML::Value << YAML::BeginMap;

@@ -4,6 +4,7 @@
 // once into enums (choices.hpp). Every field has the default
 // written here; the resolved config (defaults filled in) is saved in the run
 // directory so a run can always be repeated from its own folder.
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -123,6 +124,10 @@ struct TrainConfig {
   // dynamic loss scaling (loss_scale).
   DType precision = DType::f32;
   LossScaleConfig loss_scale;
+  // CUDA: the most device scratch a cuDNN convolution may use; an algorithm needing
+  // more is passed over for the fastest that fits (a memory size, "0": none).
+  std::string cudnn_workspace = "256MiB";
+  std::size_t cudnn_workspace_bytes = std::size_t{256} << 20;
   // Writes diagnostics.csv and gradients.csv into the run directory (attention
   // entropy, evidence tiles, gradient norms per weight; pipeline/train/training_diagnostics.hpp).
   bool diagnostics = false;
@@ -133,6 +138,10 @@ struct DeviceConfig {
   std::int64_t index = 0;
   std::int64_t threads = 0;          // CPU threads for reading and preprocessing; 0: all cores
   std::int64_t tiles_in_flight = 0;  // limiter of the tile stream; 0: 4 tile batches
+  // CUDA: cap on the device memory the allocator reserves ("2GiB"; empty: none), so a
+  // large card behaves as the small one a user has (kernels/core/block_allocator.hpp).
+  std::string memory_limit;
+  std::size_t memory_limit_bytes = 0;
 };
 
 struct OutputConfig {

@@ -6,11 +6,11 @@
 #include <string_view>
 #include <utility>
 
+#include "kernels/core/memory_size.hpp"
+
 namespace bigtrain {
 
-// "2GiB", "512MiB", "1.5 GiB", "2G" (binary, as most tools read it), "2GB" (decimal,
-// 10^9), "4096" (bytes). Throws bigtrain::Error naming the text and the valid units.
-std::size_t parse_memory_size(std::string_view text);
+// parse_memory_size ("2GiB"): kernels/core/memory_size.hpp, where the config reads it too.
 // "2435x2435" -> {width, height}; throws bigtrain::Error for anything else.
 std::pair<std::int64_t, std::int64_t> parse_image_size(std::string_view text);
 // True when `text` looks like WxH (digits, 'x', digits).

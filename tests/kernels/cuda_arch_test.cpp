@@ -6,6 +6,8 @@
 
 #include "kernels/core/cuda_arch.hpp"
 #include "kernels/core/device.hpp"
+#include "kernels/core/error.hpp"
+#include "kernels/device_select.hpp"
 
 namespace bigtrain {
 namespace {
@@ -80,6 +82,45 @@ TEST(CudaArch, ThisBuildsListMatchesWhatWasConfigured) {
   // architectures (CMake's keywords aside, where only nvcc's is used).
   for (const CudaArch& arch : built)
     EXPECT_TRUE(cuda_arch_runs_on(built, arch.major, arch.minor)) << describe_cuda_architectures(built);
+}
+
+// device: auto and device: cuda on made-up machines: a GPU this build has no code for
+// (a V100 against the default list), none at all, and one that runs it.
+TEST(CudaArch, AutoFallsBackToTheCpuWithAWarningWhenTheCardIsUnsupported) {
+  const std::string v100 = cuda_arch_mismatch("Tesla V100-SXM2-16GB", 7, 0, kDefault);
+  ASSERT_FALSE(v100.empty());
+  const kernels::BackendChoice choice = kernels::choose_backend("auto", "", v100);
+  EXPECT_EQ(choice.backend, Backend::cpu);
+  EXPECT_NE(choice.warning.find("device: auto runs on the CPU"), std::string::npos) << choice.warning;
+  EXPECT_NE(choice.warning.find("Tesla V100-SXM2-16GB"), std::string::npos) << choice.warning;
+  EXPECT_NE(choice.warning.find("compute capability 7.0"), std::string::npos) << choice.warning;
+  EXPECT_NE(choice.warning.find("built: sm_75, sm_80, sm_86, sm_89, sm_90 + PTX compute_90"), std::string::npos)
+      << choice.warning;
+  // device: cuda on the same card is the error, with the same explanation.
+  try {
+    kernels::choose_backend("cuda", "", v100);
+    FAIL() << "device: cuda accepted a card without code in the build";
+  } catch (const Error& error) {
+    EXPECT_EQ(std::string(error.what()), "device: cuda was requested, but " + v100);
+  }
+}
+
+TEST(CudaArch, AutoTakesTheCpuQuietlyWithoutAGpuAndTheGpuWhenItRuns) {
+  const kernels::BackendChoice none = kernels::choose_backend("auto", "no CUDA driver or no GPU on this machine", "");
+  EXPECT_EQ(none.backend, Backend::cpu);
+  EXPECT_EQ(none.warning, "");
+  try {
+    kernels::choose_backend("cuda", "no CUDA driver or no GPU on this machine", "");
+    FAIL() << "device: cuda accepted a machine without a GPU";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("no GPU can be used: no CUDA driver"), std::string::npos) << error.what();
+  }
+  const std::string l4 = cuda_arch_mismatch("NVIDIA L4", 8, 9, kDefault);
+  EXPECT_EQ(l4, "");
+  EXPECT_EQ(kernels::choose_backend("auto", "", l4).backend, Backend::cuda);
+  EXPECT_EQ(kernels::choose_backend("cuda", "", l4).backend, Backend::cuda);
+  EXPECT_EQ(kernels::choose_backend("cpu", "", l4).backend, Backend::cpu);
+  EXPECT_THROW(kernels::choose_backend("gpu", "", ""), Error);
 }
 
 }  // namespace
