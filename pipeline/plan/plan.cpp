@@ -36,6 +36,7 @@ PlanInputs plan_inputs_from_config(const Config& config, Backend backend) {
   in.tile_batch = config.train.tile_batch;
   in.tiles_in_flight = config.device.tiles_in_flight;
   in.backend = backend;
+  in.cudnn_workspace = config.train.cudnn_workspace_bytes;
   return in;
 }
 
@@ -49,6 +50,12 @@ namespace {
 // k+1 while batch k computes (kernels/cuda/context.hpp's upload_async); on the CPU
 // the batch is the tile stream's host tensor itself.
 int device_batches(Backend backend) { return backend == Backend::cuda ? 2 : 1; }
+
+net::KernelMemoryModel kernel_model(const PlanInputs& in) {
+  net::KernelMemoryModel kernels = net::KernelMemoryModel::for_backend(in.backend);
+  kernels.cuda_workspace_limit = in.cudnn_workspace;
+  return kernels;
+}
 
 struct Persistent {
   std::size_t parameters = 0, gradients = 0, optimizer_state = 0, workspace = 0;
@@ -97,7 +104,7 @@ struct PlannedModel {
 StepMemory step_memory(PlannedModel& model, const PlanInputs& in, std::int64_t tile, std::int64_t tile_batch,
                        std::int64_t tiles) {
   BT_CHECK(tile_batch > 0 && tiles > 0, "plan: tile batch {} and tile count {} must be positive", tile_batch, tiles);
-  const net::KernelMemoryModel kernels = net::KernelMemoryModel::for_backend(in.backend);
+  const net::KernelMemoryModel kernels = kernel_model(in);
   const std::int64_t features = in.model.encoder.feature_dim();
   const std::int64_t batch = std::min(tile_batch, tiles);
   const Shape input{batch, in.model.encoder.in_channels, tile, tile};
@@ -247,7 +254,7 @@ namespace {
 
 // Whole-image training at batch 1, as net::Model::forward/backward would run it.
 StepMemory whole_image_memory(PlannedModel& model, const PlanInputs& in, std::int64_t width, std::int64_t height) {
-  const net::KernelMemoryModel kernels = net::KernelMemoryModel::for_backend(in.backend);
+  const net::KernelMemoryModel kernels = kernel_model(in);
   const Persistent persistent = persistent_memory(in, {&model.encoder, &model.head}, kernels);
   net::ForwardContext ctx = net::ForwardContext::train(in.backend);
   ctx.freeze_bn = in.freeze_bn;
@@ -273,7 +280,7 @@ TrainingPlan plan_training(const PlanInputs& in, std::optional<std::size_t> memo
   TrainingPlan plan;
   plan.inputs = in;
   plan.tile = input_edge(in);
-  const net::KernelMemoryModel kernels = net::KernelMemoryModel::for_backend(in.backend);
+  const net::KernelMemoryModel kernels = kernel_model(in);
   const net::EncoderSpec& spec = in.model.encoder;
 
   std::optional<Grid> grid;
@@ -285,6 +292,7 @@ TrainingPlan plan_training(const PlanInputs& in, std::optional<std::size_t> memo
                                    in.freeze_bn);
   plan.step = step_memory(model, in, plan.tile, plan.tile_batch, plan.tiles);
   plan.step.kept_activations = plan.encoder.kept_bytes;
+  if (in.backend == Backend::cuda) plan.cuda_runtime = kCudaRuntimeBytes;
   const std::int64_t in_flight = in.tiles_in_flight > 0 ? in.tiles_in_flight : 4 * in.tile_batch;
   plan.host_tile_buffers = static_cast<std::size_t>(std::max(in_flight, 2 * in.tile_batch) * spec.in_channels *
                                                     plan.tile * plan.tile) * sizeof(float);
@@ -445,6 +453,10 @@ nlohmann::json to_json(const TrainingPlan& plan) {
       {"tile_batch_flops", {{"forward", plan.encoder.forward_flops}, {"backward", plan.encoder.backward_flops}}},
       {"step_memory", memory_json(plan.step)},
       {"host_tile_buffers_bytes", plan.host_tile_buffers}};
+  if (in.backend == Backend::cuda)
+    out["cuda_runtime"] = {{"bytes", plan.cuda_runtime},
+                           {"source", "constant"},  // pipeline/plan/plan.hpp's kCudaRuntimeBytes, docs/cuda.md
+                           {"device_total_bytes", plan.step.peak + plan.cuda_runtime}};
   if (plan.image) {
     const ImageFigures& im = *plan.image;
     out["image"] = {{"width", im.width},
@@ -544,6 +556,10 @@ std::string format_plan(const TrainingPlan& plan) {
          plan.step);
   if (in.backend == Backend::cpu && !plan.stream)
     line("  plus the tile stream's tiles in flight (host): {}", format_bytes(plan.host_tile_buffers));
+  if (in.backend == Backend::cuda)
+    line("  plus the CUDA context and cuDNN/cuBLAS handles, outside the allocator and device.memory_limit: {} (a "
+         "documented constant, docs/cuda.md): {} on the card",
+         format_bytes(plan.cuda_runtime), format_bytes(plan.step.peak + plan.cuda_runtime));
   line("");
 
   if (plan.image) {

@@ -11,7 +11,7 @@
 // what its calls allocate (rounded as the caching allocator rounds), so the
 // prediction is checked against the allocator's measured peak (tests/pipeline/plan_test.cpp). It is device
 // memory as the allocator counts it: the CUDA context, cuDNN/cuBLAS handles and
-// library code are outside it.
+// library code are outside it, and printed beside it as kCudaRuntimeBytes.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -27,6 +27,15 @@
 #include "pipeline/config/config.hpp"
 
 namespace bigtrain {
+
+// Device memory a CUDA run holds outside the allocator: the context, the cuDNN and
+// cuBLAS handles and the library kernels they load. A documented constant, not a
+// measurement: CUDA 12/13 with lazy module loading (the default) take about this on
+// the data-centre cards the figures in docs/cuda.md come from. The plan adds it to
+// the allocator's peak for the card total; device.memory_limit does not cover it.
+// scripts/gpu_check measures the real figure on a GPU (driver-reported use minus
+// the allocator's reserved bytes).
+inline constexpr std::size_t kCudaRuntimeBytes = std::size_t{512} << 20;
 
 // Everything of a run that changes its memory and FLOPs.
 struct PlanInputs {
@@ -45,6 +54,7 @@ struct PlanInputs {
   std::int64_t tile_batch = 16;
   std::int64_t tiles_in_flight = 0;  // 0: 4 tile batches (the tile stream's default)
   Backend backend = Backend::cpu;
+  std::size_t cudnn_workspace = std::size_t{256} << 20;  // train.cudnn_workspace (CUDA)
   // Image size as read at the configured level, before `downsample`; unset: no image figures.
   std::optional<std::int64_t> image_width, image_height;
 };
@@ -115,6 +125,8 @@ struct TrainingPlan {
   net::EncoderPlan encoder;   // one tile batch
   StepMemory step;
   std::size_t host_tile_buffers = 0;  // tiles in flight in the tile stream (host memory)
+  // CUDA: kCudaRuntimeBytes, beside the step's peak (0 on the CPU).
+  std::size_t cuda_runtime = 0;
   std::optional<ImageFigures> image;
   std::optional<BudgetFigures> budget;
   // tiler.mode stream: `step` is then the streamed step (persistent memory + memory.step_peak).

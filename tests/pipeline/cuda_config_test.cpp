@@ -1,12 +1,14 @@
 // The GPU keys of the run config (issue 18), read and checked without a GPU:
 // device.memory_limit and train.cudnn_workspace as memory sizes, device.index's
-// range, errors naming the file and the key.
+// range, errors naming the file and the key; and what `bigtrain plan` makes of them
+// (the workspace it counts, the CUDA context and handles beside the allocator's peak).
 #include <gtest/gtest.h>
 
 #include <string>
 
 #include "kernels/core/memory_size.hpp"
 #include "pipeline/config/config.hpp"
+#include "pipeline/plan/plan.hpp"
 #include "tests/support/error_of.hpp"
 
 namespace bigtrain {
@@ -88,6 +90,31 @@ TEST(CudaConfig, MemorySizesReadAsUsersWriteThem) {
   EXPECT_EQ(parse_memory_size("65536"), 65536u);
   for (const char* bad : {"", "GiB", "0", "-1GiB", "2XB", "1e3GiB", "2GiB2"})
     EXPECT_NE(error_of([&] { parse_memory_size(bad); }).find("memory size"), std::string::npos) << bad;
+}
+
+// The plan counts the configured workspace once, and on CUDA the context and
+// library handles beside the allocator's peak (a documented constant without a GPU).
+TEST(CudaConfig, PlanCountsTheWorkspaceAndTheCudaRuntime) {
+  const std::string yaml = kData + "model: {preset: resnet18, width: 0.25}\ntrain: {tile_batch: 2}\n";
+  const Config wide = parse_config(yaml, "gpu.yaml");
+  const Config narrow = parse_config(yaml, "gpu.yaml", {"train.cudnn_workspace=32MiB"});
+  const TrainingPlan a = plan_training(plan_inputs_from_config(wide, Backend::cuda));
+  const TrainingPlan b = plan_training(plan_inputs_from_config(narrow, Backend::cuda));
+  EXPECT_EQ(a.step.workspace, 256 * MiB);
+  EXPECT_EQ(b.step.workspace, 32 * MiB);
+  EXPECT_EQ(a.step.peak - b.step.peak, 224 * MiB);
+  EXPECT_EQ(a.cuda_runtime, kCudaRuntimeBytes);
+  const nlohmann::json json = to_json(a);
+  EXPECT_EQ(json["cuda_runtime"]["bytes"].get<std::size_t>(), kCudaRuntimeBytes);
+  EXPECT_EQ(json["cuda_runtime"]["source"], "constant");
+  EXPECT_EQ(json["cuda_runtime"]["device_total_bytes"].get<std::size_t>(), a.step.peak + kCudaRuntimeBytes);
+  EXPECT_NE(format_plan(a).find("plus the CUDA context and cuDNN/cuBLAS handles"), std::string::npos);
+  // The CPU has neither.
+  const TrainingPlan cpu = plan_training(plan_inputs_from_config(wide, Backend::cpu));
+  EXPECT_EQ(cpu.step.workspace, 0u);
+  EXPECT_EQ(cpu.cuda_runtime, 0u);
+  EXPECT_FALSE(to_json(cpu).contains("cuda_runtime"));
+  EXPECT_EQ(format_plan(cpu).find("CUDA context"), std::string::npos);
 }
 
 }  // namespace
