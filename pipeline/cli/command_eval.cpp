@@ -39,9 +39,11 @@ RegisterCommand eval_command("eval", [](CLI::App& app) {
   app.add_flag("--json", *json, "print the JSON summary instead of a table");
   return std::function<int()>([=] {
     Config config = load_config(*config_path, *overrides);
-    const Backend backend = kernels::select_backend(config.device.type == "auto" ? "cpu" : config.device.type);
-    if (backend != Backend::cpu)
-      throw Error(fmt::format("device.type {}: inference runs on the CPU for now", config.device.type));
+    set_cuda_backend_device(static_cast<int>(config.device.index));
+    const Backend backend = kernels::select_backend(config.device.type);
+    spdlog::info("device: {}", kernels::describe_backend_choice(backend));
+    if (backend == Backend::cuda)
+      kernels::apply_cuda_limits(config.device.memory_limit_bytes, config.train.cudnn_workspace_bytes);
     LoadedCheckpoint checkpoint = load_checkpoint_for_inference(*checkpoint_path);
     // Labels resolve against the checkpoint's class order, whatever the config says.
     if (!config.data.classes.empty() && config.data.classes != checkpoint.classes)

@@ -32,6 +32,7 @@ struct InferArgs {
   std::string heatmap_class;
   std::string tiles_csv;
   std::string device = "cpu";
+  std::int64_t device_index = 0;
   std::int64_t tile = 0, overlap = -1, level = -1, tile_batch = 0, threads = 0;
   double downsample = 0.0, min_foreground = -1.0;
   std::string border, foreground;
@@ -78,9 +79,10 @@ void emit(const ItemReport& report) {
 }
 
 int run_infer(const InferArgs& a, Communicator& comm) {
+  // Ranks of an mpirun have their node-local GPU already (DistributedSession).
+  if (!comm.distributed()) set_cuda_backend_device(static_cast<int>(a.device_index));
   const Backend backend = kernels::select_backend(a.device);
-  if (backend != Backend::cpu)
-    throw Error(fmt::format("--device {}: inference runs on the CPU for now (as training does)", a.device));
+  spdlog::info("device: {}", kernels::describe_backend_choice(backend));
   // The flags change the checkpoint's tiling before anything is built, checked as a
   // config's tiler section is.
   std::vector<TilerOverride> overrides;
@@ -222,7 +224,12 @@ RegisterCommand infer_command("infer", [](CLI::App& app) {
   app.add_option("--heatmap-class", a->heatmap_class, "class whose tile probability the heatmap shows (mean/max "
                                                       "aggregators; default: the image's top class)");
   app.add_option("--tiles-csv", a->tiles_csv, "per-tile scores as CSV (several images: OUT_<stem>.csv)");
-  app.add_option("--device", a->device, "cpu (cuda inference is not wired yet)")->capture_default_str();
+  app.add_option("--device", a->device, "cpu, cuda, or auto (cuda when a usable GPU is present)")
+      ->check(CLI::IsMember({"cpu", "cuda", "auto"}))
+      ->capture_default_str();
+  app.add_option("--device-index", a->device_index, "which GPU (`bigtrain devices`; mpirun ranks take their local one)")
+      ->check(CLI::Range(0, 1024))
+      ->capture_default_str();
   app.add_option("--tile", a->tile, "override the checkpoint's tile size");
   app.add_option("--overlap", a->overlap, "override the tile overlap");
   app.add_option("--border", a->border, "override the border policy (pad | drop | shift)");

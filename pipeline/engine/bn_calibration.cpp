@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "kernels/core/out_of_memory.hpp"
 #include "kernels/upload.hpp"
 #include "pipeline/common/random.hpp"
 #include "pipeline/data/image_tiling.hpp"
@@ -31,6 +32,7 @@ BnCalibration calibrate_batch_norm(net::Encoder& encoder, Backend backend, const
   ctx.freeze_bn = false;
   ctx.keep_activations = false;
   ctx.update_bn_running_stats = true;
+  MemoryPhase phase("bn calibration");
   const StreamStats stats = stream.run(
       schedule,
       [&](std::size_t image) {

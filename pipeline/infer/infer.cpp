@@ -14,6 +14,8 @@
 #include <spdlog/spdlog.h>
 
 #include "kernels/core/error.hpp"
+#include "kernels/core/out_of_memory.hpp"
+#include "kernels/upload.hpp"
 #include "net/model_spec.hpp"
 #include "pipeline/data/image_region_reader.hpp"
 #include "pipeline/data/tile_stream.hpp"
@@ -74,10 +76,14 @@ LoadedCheckpoint load_checkpoint_for_inference(const std::string& path,
 InferenceEngine::InferenceEngine(LoadedCheckpoint& checkpoint, InferenceOptions options)
     : checkpoint_(checkpoint), options_(options) {
   if (options_.tile_batch <= 0) options_.tile_batch = checkpoint.tile_batch;
+  // The checkpoint loads on the host; a GPU run moves its weights once, here.
+  checkpoint_.model->to(backend_device(options_.backend));
+  checkpoint_.aggregator->to(backend_device(options_.backend));
 }
 
 InferenceStats InferenceEngine::run(const std::vector<InferenceItem>& items,
                                     const std::function<void(ImagePrediction&&)>& on_result) {
+  MemoryPhase phase(options_.memory_phase);
   if (checkpoint_.tiler.mode == TilerMode::stream) return run_streamed(items, on_result);
   InferenceStats total;
   const auto started = Clock::now();
@@ -146,7 +152,9 @@ InferenceStats InferenceEngine::run(const std::vector<InferenceItem>& items,
               const InferenceItem& item = items[i];
               if (batch.first_tile == 0)
                 step.begin_image(static_cast<std::int64_t>(batch.plan->tiles.size()), std::max(item.label, 0), 0);
-              step.eval_batch(batch.pixels, batch.first_tile);
+              // Training's upload path: pinned staging and the copy stream on CUDA, the
+              // host tensor itself on the CPU.
+              step.eval_batch(kernels::upload_async(options_.backend, batch.pixels).get(), batch.first_tile);
               if (!batch.last_of_job) return;
               const ImageOutcome outcome = step.finish_eval();
               ImagePrediction p;

@@ -80,6 +80,8 @@ struct InferenceOptions {
   std::int64_t tiles_in_flight = 0;  // 0: the tile stream's default
   int threads = 0;                   // read/preprocess workers; 0: all cores
   bool tile_results = false;         // per-tile scores (heatmaps, tiles CSV)
+  // What an out-of-memory error says the run was doing (a string literal).
+  const char* memory_phase = "inference";
 };
 
 struct InferenceStats {

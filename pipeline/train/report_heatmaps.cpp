@@ -76,7 +76,8 @@ ReportHeatmapSet write_report_heatmaps(const std::string& run_dir, const std::ve
   LoadedCheckpoint checkpoint = load_checkpoint_for_inference(checkpoint_path.string());
   const bool attention = checkpoint.aggregator->kind() == net::AggregatorKind::attention;
   InferenceOptions inference;
-  inference.backend = Backend::cpu;  // inference runs on the CPU for now (as `bigtrain infer` does)
+  inference.backend = options.backend;
+  inference.memory_phase = "heatmaps";
   inference.threads = options.threads;
   inference.tile_results = true;
   InferenceEngine engine(checkpoint, inference);
@@ -151,13 +152,14 @@ ReportHeatmapSet redraw_report_heatmaps(const std::string& run_dir, const Report
   return write_report_heatmaps(run_dir, dataset.val, std::stoll(epoch->second), with_threads);
 }
 
-void refresh_report_heatmaps(const Config& config, const Dataset& dataset, std::int64_t epoch) {
+void refresh_report_heatmaps(const Config& config, const Dataset& dataset, std::int64_t epoch, Backend backend) {
   if (!world().is_root() || dataset.val.empty()) return;
   if (const char* off = std::getenv("BIGTRAIN_REPORT_HEATMAPS"); off && std::string(off) == "0") return;
   try {
     const auto start = std::chrono::steady_clock::now();
     ReportHeatmapOptions options;
     options.threads = static_cast<int>(config.device.threads);
+    options.backend = backend;
     const ReportHeatmapSet set = write_report_heatmaps(config.output.dir, dataset.val, epoch, options);
     std::size_t wrong = 0;
     for (const auto& h : set.heatmaps) wrong += h.correct ? 0 : 1;

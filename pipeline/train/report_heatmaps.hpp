@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/core/device.hpp"
 #include "pipeline/config/config.hpp"
 #include "pipeline/data/dataset.hpp"
 #include "pipeline/report/heatmap_manifest.hpp"
@@ -31,6 +32,7 @@ struct ReportHeatmapOptions {
   std::size_t max_scanned = 16;
   int max_side = 320;            // thumbnail's longer side, pixels
   int threads = 0;               // read/preprocess workers; 0: all cores
+  Backend backend = Backend::cpu;  // where the best checkpoint classifies (the training run's device)
 };
 
 // The order validation images are scanned in: round robin over the classes (each
@@ -56,6 +58,7 @@ ReportHeatmapSet redraw_report_heatmaps(const std::string& run_dir, const Report
 // again so it shows them. Rank 0 only; a failure is logged, never thrown.
 // BIGTRAIN_REPORT_HEATMAPS=0 turns it off (e.g. for timing experiments that must not
 // share the cores).
-void refresh_report_heatmaps(const Config& config, const Dataset& dataset, std::int64_t epoch);
+void refresh_report_heatmaps(const Config& config, const Dataset& dataset, std::int64_t epoch,
+                             Backend backend = Backend::cpu);
 
 }  // namespace bigtrain

@@ -20,6 +20,8 @@
 
 #include "kernels/backend.hpp"
 #include "kernels/core/allocator.hpp"
+#include "kernels/core/block_allocator.hpp"
+#include "kernels/core/out_of_memory.hpp"
 #include "kernels/core/error.hpp"
 #include "kernels/device_select.hpp"
 #include "kernels/elementwise.hpp"
@@ -41,6 +43,7 @@
 #include "pipeline/engine/loss_scaler.hpp"
 #include "pipeline/engine/stream_step.hpp"
 #include "pipeline/engine/two_pass.hpp"
+#include "pipeline/plan/plan.hpp"
 #include "pipeline/report/report.hpp"
 #include "pipeline/train/interrupt.hpp"
 #include "pipeline/train/report_heatmaps.hpp"
@@ -83,6 +86,22 @@ std::string signal_text(int signal) {
   return fmt::format("signal {}", signal);
 }
 
+// metrics.csv's last columns: the device allocator's peak in use and peak reserved
+// (what the card must have), filled on CUDA runs only.
+constexpr std::string_view kDeviceMetricsColumns = "device_peak_bytes,device_peak_reserved_bytes";
+
+// `bigtrain plan`'s step peak for this config, which an out-of-memory error quotes
+// (0, "unknown", when the config needs more than the plan can know, such as the
+// image size of tiler.mode stream).
+std::size_t planned_step_bytes(const Config& config, Backend backend) {
+  try {
+    return plan_training(plan_inputs_from_config(config, backend)).step.peak;
+  } catch (const std::exception& error) {
+    spdlog::debug("no plan figure for out-of-memory errors: {}", error.what());
+    return 0;
+  }
+}
+
 std::string duration_text(double seconds) {
   const auto s = static_cast<long>(std::max(0.0, seconds));
   return fmt::format("{:02d}:{:02d}", s / 60, s % 60);
@@ -109,6 +128,20 @@ struct Trainer::State {
   std::int64_t best_epoch = 0;
   std::int64_t epochs_without_improvement = 0;
   std::string metrics_csv;  // whole file, rewritten each epoch
+  std::string metrics_header() const;
+  // Peaks per metrics row: the host allocator's, and the device's on a GPU.
+  void reset_memory_peaks() {
+    allocator_for(Device::cpu()).reset_peak();
+    if (backend == Backend::cuda) allocator_for(backend_device(backend)).reset_peak();
+  }
+  void record_memory_peaks(EpochSummary& row) const {
+    row.peak_allocated_bytes = allocator_for(Device::cpu()).stats().peak_bytes;
+    row.peak_rss_bytes = peak_rss_bytes();
+    if (backend != Backend::cuda) return;
+    const BlockAllocator& device = device_block_allocator(backend_device(backend));
+    row.device_peak_bytes = device.stats().peak_bytes;
+    row.device_peak_reserved_bytes = device.peak_reserved_bytes();
+  }
   bool tty = false;
 
   // Epoch epochs_done + 1 when it stopped (or resumed) between two optimizer steps:
@@ -244,15 +277,19 @@ void Trainer::State::write_checkpoints(bool best) {
   world().barrier();
 }
 
+// The device columns come last, so readers that count columns from the left
+// (tests/cli/lib/same_run.sh, scripts/measure_train_rss) keep theirs.
+std::string Trainer::State::metrics_header() const {
+  std::string header = "epoch,split,loss,accuracy,balanced_accuracy,auc,images,tiles,seconds,images_per_s,tiles_per_s,"
+                       "wait_fraction,peak_allocated_bytes,peak_rss_bytes,lr";
+  for (const auto& name : dataset.classes) header += ",recall_" + name;
+  return header + "," + std::string(kDeviceMetricsColumns);
+}
+
 void Trainer::State::append_metrics(const EpochSummary& row) {
   if (!world().is_root()) return;  // rows hold every rank's images (gathered)
   const auto& m = row.metrics;
-  if (metrics_csv.empty()) {
-    metrics_csv = "epoch,split,loss,accuracy,balanced_accuracy,auc,images,tiles,seconds,images_per_s,tiles_per_s,"
-                  "wait_fraction,peak_allocated_bytes,peak_rss_bytes,lr";
-    for (const auto& name : dataset.classes) metrics_csv += ",recall_" + name;
-    metrics_csv += "\n";
-  }
+  if (metrics_csv.empty()) metrics_csv = metrics_header() + "\n";
   const double seconds = std::max(row.seconds, 1e-9);
   metrics_csv += fmt::format("{},{},{:.6f},{:.6f},{:.6f},{},{},{},{:.3f},{:.3f},{:.3f},{:.4f},{},{},{:.8g}", row.epoch,
                              row.split, m.loss, m.accuracy, m.balanced_accuracy, format_optional(m.auc), m.images,
@@ -260,6 +297,10 @@ void Trainer::State::append_metrics(const EpochSummary& row) {
                              static_cast<double>(row.tiles) / seconds, row.wait_seconds / seconds,
                              row.peak_allocated_bytes, row.peak_rss_bytes, row.learning_rate);
   for (double recall : m.recall) metrics_csv += std::isnan(recall) ? std::string(",") : fmt::format(",{:.6f}", recall);
+  // Empty on the CPU: no device allocator to ask (peak_allocated_bytes is the host's).
+  metrics_csv += backend == Backend::cuda
+                     ? fmt::format(",{},{}", row.device_peak_bytes, row.device_peak_reserved_bytes)
+                     : std::string(",,");
   metrics_csv += "\n";
   write_file_atomically((run_dir / "metrics.csv").string(), metrics_csv);
   update_run_outputs(run_dir.string(), dataset);  // report.html + TensorBoard scalars (issue 10)
@@ -313,7 +354,7 @@ EpochSummary Trainer::State::train_epoch(std::int64_t epoch) {
     images_done = static_cast<std::int64_t>(images_skipped);
   }
   const auto started = std::chrono::steady_clock::now();
-  allocator_for(Device::cpu()).reset_peak();
+  reset_memory_peaks();
   optimizer->zero_grad();
   auto report_progress = [&](bool final) {
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
@@ -403,6 +444,7 @@ EpochSummary Trainer::State::train_epoch(std::int64_t epoch) {
   take_ready_steps();  // steps in which this rank has no image (more ranks than images_per_step)
   // tiler.mode stream: one image at a time, read region by region by the trunk itself.
   for (std::size_t i = images_skipped; i < shard.images.size() && streaming(); ++i) {
+    MemoryPhase phase("streamed training step");
     const std::size_t image = shard.images[i];
     const Sample& sample = train[image];
     ImageRegionReader reader = region_reader(sample);
@@ -424,6 +466,7 @@ EpochSummary Trainer::State::train_epoch(std::int64_t epoch) {
       },
       [&](const TileBatch& batch) {
         const Sample& sample = train[batch.image];
+        MemoryPhase phase(batch.pass == 1 ? (single_pass ? "training (one pass)" : "pass 1") : "pass 2");
         // The image's gradients are all in: release it and step when the step is whole.
         auto image_done = [&] {
           step->end_image();
@@ -484,8 +527,7 @@ EpochSummary Trainer::State::train_epoch(std::int64_t epoch) {
   row.seconds = partial.seconds;
   row.tiles = tiles;
   row.wait_seconds = partial.wait_seconds;
-  row.peak_allocated_bytes = allocator_for(Device::cpu()).stats().peak_bytes;
-  row.peak_rss_bytes = peak_rss_bytes();
+  record_memory_peaks(row);
   row.learning_rate = lr;
   return row;
 }
@@ -501,7 +543,8 @@ EpochSummary Trainer::State::evaluate(const std::vector<Sample>& split, const st
   std::vector<std::vector<float>> probabilities;
   std::vector<double> losses;
   std::int64_t tiles = 0;
-  allocator_for(Device::cpu()).reset_peak();
+  reset_memory_peaks();
+  MemoryPhase phase("eval");
   const auto started = std::chrono::steady_clock::now();
   for (std::size_t i = 0; i < mine.size() && streaming(); ++i) {
     const Sample& sample = split[mine[i]];
@@ -543,8 +586,7 @@ EpochSummary Trainer::State::evaluate(const std::vector<Sample>& split, const st
                             : stats.seconds;
   row.tiles = tiles;
   row.wait_seconds = stats.wait_seconds;
-  row.peak_allocated_bytes = allocator_for(Device::cpu()).stats().peak_bytes;
-  row.peak_rss_bytes = peak_rss_bytes();
+  record_memory_peaks(row);
   row.learning_rate = optimizer->learning_rate(0);
   if (world().is_root())
     write_file_atomically((run_dir / fmt::format("confusion_{}.csv", name)).string(),
@@ -560,9 +602,23 @@ Trainer::Trainer(Config config, bool resume, std::optional<Backend> backend) : s
   s.tty = ::isatty(STDERR_FILENO) != 0;
   const Config& c = s.config;
 
+  // device.index picks the GPU of a single process; the ranks of a distributed run
+  // have theirs from their node-local rank (pipeline/distributed/distributed.cpp).
+  if (!world().distributed()) set_cuda_backend_device(static_cast<int>(c.device.index));
   // cuda without a usable GPU is an error saying why; auto takes the GPU when there is one.
   s.backend = backend ? *backend : kernels::select_backend(c.device.type);
   spdlog::info("device: {}", kernels::describe_backend_choice(s.backend));
+  if (s.backend == Backend::cuda) {
+    // Before the first op: convolutions choose their algorithms when created.
+    kernels::apply_cuda_limits(c.device.memory_limit_bytes, c.train.cudnn_workspace_bytes);
+    if (c.device.memory_limit_bytes != 0)
+      spdlog::info("device.memory_limit: at most {} reserved on {}", c.device.memory_limit,
+                   backend_device(s.backend).str());
+    set_planned_device_bytes(planned_step_bytes(c, s.backend));
+  } else if (c.device.memory_limit_bytes != 0) {
+    spdlog::warn("device.memory_limit {} caps GPU memory; this run is on the {}, where it has no effect",
+                 c.device.memory_limit, backend_name(s.backend));
+  }
   const DType compute_dtype = c.train.precision;
   // Before building anything, every op this run calls: the CPU's bf16 depends on its
   // instruction set.
@@ -711,7 +767,16 @@ Trainer::Trainer(Config config, bool resume, std::optional<Backend> backend) : s
     std::ifstream metrics(s.run_dir / "metrics.csv");
     // Rows of epochs after the checkpoint are dropped: a run killed while writing
     // its checkpoint had already written them, and those epochs run again.
+    const std::string header = s.metrics_header();
+    bool upgrade = false;  // a file from before the device columns: each row gains them, empty
     for (std::string line; std::getline(metrics, line);) {
+      if (s.metrics_csv.empty() && line != header &&
+          line + "," + std::string(kDeviceMetricsColumns) == header) {
+        upgrade = true;
+        line = header;
+      } else if (upgrade && !line.empty()) {
+        line += ",,";
+      }
       long long epoch = 0;
       const auto parsed = std::from_chars(line.data(), line.data() + line.size(), epoch);
       if (s.metrics_csv.empty() || parsed.ec != std::errc() || epoch <= s.epochs_done) s.metrics_csv += line + "\n";
@@ -779,7 +844,7 @@ TrainOutcome Trainer::run() {
     s.epochs_done = epoch;
     s.partial = {};
     s.write_checkpoints(improved);
-    if (improved) refresh_report_heatmaps(c, s.dataset, epoch);  // report.html's heatmaps of the best checkpoint (issue 10)
+    if (improved) refresh_report_heatmaps(c, s.dataset, epoch, s.backend);  // report.html's heatmaps of the best checkpoint (issue 10)
     ++run_this_time;
     spdlog::info("epoch {}/{}: train loss {:.4f} acc {:.3f}{} ({:.1f} s, {:.2f} img/s, compute waited {:.1f}%)", epoch,
                  c.train.epochs, train.metrics.loss, train.metrics.accuracy, val_text, train.seconds,

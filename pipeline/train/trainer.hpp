@@ -38,6 +38,10 @@ struct EpochSummary {
   std::size_t peak_allocated_bytes = 0;
   std::int64_t peak_rss_bytes = 0;
   double learning_rate = 0.0;
+  // CUDA runs only (empty in metrics.csv on the CPU): the device allocator's most in
+  // use and most reserved from the system (what the card must have; device.memory_limit caps it).
+  std::size_t device_peak_bytes = 0;
+  std::size_t device_peak_reserved_bytes = 0;
 };
 
 struct TrainOutcome {
