@@ -499,6 +499,15 @@ std::string render_run_report(const std::string& run_dir_text) {
     s.colour = kExtraColour;
     memory.push_back(std::move(s));
   }
+  // CUDA runs: the device allocator's peaks (empty cells, so no series, on the CPU).
+  for (auto& s : split_series(metrics, "device_peak_bytes", {"train"}, " peak device", mib)) {
+    s.colour = kTestColour;
+    memory.push_back(std::move(s));
+  }
+  for (auto& s : split_series(metrics, "device_peak_reserved_bytes", {"train"}, " device reserved", mib)) {
+    s.colour = kValColour;
+    memory.push_back(std::move(s));
+  }
   html += svg_line_chart("memory", "Peak memory", "epoch", "MiB", memory);
   html += "</div>";
 

@@ -89,6 +89,32 @@ TEST(Report, PageFromRunDirectoryFiles) {
   fs::remove_all(dir);
 }
 
+// A CUDA run's metrics.csv fills the device columns: the memory chart shows them; a
+// CPU run's leaves them empty, and the chart has no device series.
+TEST(Report, MemoryChartShowsTheDevicePeaksOfGpuRuns) {
+  const fs::path dir = fs::temp_directory_path() / ("bigtrain_report_device_" + std::to_string(::getpid()));
+  const std::string header =
+      "epoch,split,loss,accuracy,images,tiles,seconds,peak_allocated_bytes,peak_rss_bytes,lr,"
+      "device_peak_bytes,device_peak_reserved_bytes\n";
+  for (const bool gpu : {true, false}) {
+    fs::create_directories(dir);
+    std::ofstream(dir / "metrics.csv") << header
+                                       << (gpu ? "1,train,0.9,0.5,4,40,1,1048576,2097152,0.1,3145728,4194304\n"
+                                                 "2,train,0.5,0.75,4,40,1,1048576,2097152,0.1,3145728,6291456\n"
+                                               : "1,train,0.9,0.5,4,40,1,1048576,2097152,0.1,,\n"
+                                                 "2,train,0.5,0.75,4,40,1,1048576,2097152,0.1,,\n");
+    std::ifstream in(write_run_report(dir.string(), nullptr));
+    const std::string html((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::size_t chart = html.find("data-chart=\"memory\"");
+    ASSERT_NE(chart, std::string::npos);
+    const std::string memory = html.substr(chart, html.find("</svg>", chart) - chart);
+    EXPECT_NE(memory.find("train peak allocator"), std::string::npos) << memory;
+    EXPECT_EQ(memory.find("train peak device") != std::string::npos, gpu) << memory;
+    EXPECT_EQ(memory.find("train device reserved") != std::string::npos, gpu) << memory;
+    fs::remove_all(dir);
+  }
+}
+
 TEST(Report, TablePageMarksTheBestRowAndLinksRunReports) {
   TablePage page;
   page.title = "bigtrain compare";
