@@ -669,11 +669,12 @@ Trainer::Trainer(Config config, bool resume, std::optional<Backend> backend) : s
   s.model->to(backend_device(s.backend));
   s.aggregator->to(backend_device(s.backend));
   s.image_model = {&s.model->encoder(), s.aggregator.get(), &s.model->head()};
+  // Not a warning: the demo learns only frozen (its per-image batches normalise the
+  // evidence away), while a deeper fresh encoder frozen never leaves chance; which one
+  // a data set needs is measured, not known (docs/learning.md).
   if (!resume && c.train.freeze_bn && spec.pretrained.empty())
-    spdlog::warn("train.freeze_bn with a randomly initialised encoder (no model.pretrained): BatchNorm keeps the "
-                 "statistics of the random weights while the weights move away from them; on the oracle crops "
-                 "this held a ResNet-18 at chance where batch statistics learned (docs/learning.md). Freeze "
-                 "BatchNorm for pretrained encoders, or where stream mode or aggregator.top_tiles need it");
+    spdlog::info("train.freeze_bn with a randomly initialised encoder: BatchNorm keeps the statistics of the "
+                 "initial weights; if the loss stays at ln(classes), try batch statistics (docs/learning.md)");
   if (!resume && c.train.bn_calibration_images > 0) {
     if (!c.train.freeze_bn)
       spdlog::warn("train.bn_calibration_images without train.freeze_bn: training BatchNorm replaces the "
