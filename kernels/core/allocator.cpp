@@ -1,5 +1,7 @@
 #include "kernels/core/allocator.hpp"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -99,15 +101,45 @@ void* HostAllocator::allocate(std::size_t bytes) {
   return ptr;
 }
 
+namespace {
+// Blocks from 1 MiB up are mapped from the kernel and unmapped on release, not taken
+// from glibc: glibc serves blocks up to 32 MiB from its heap once a freed mapping
+// has raised its mmap threshold (its dynamic threshold), and memory freed in the
+// middle of that heap stays resident. Releasing the cache between a streamed step's
+// tile shapes left 1.1 GiB free but resident in glibc's heap (ResNet-50, 918x918
+// tiles: resident 3.1 GiB for an allocator peak of 1.6); unmapped, it is gone.
+constexpr std::size_t kMapThreshold = std::size_t{1} << 20;
+constexpr std::size_t kHugePage = std::size_t{2} << 20;
+
+bool mapped(std::size_t bytes) { return bytes >= kMapThreshold; }
+}  // namespace
+
 void* HostAllocator::system_allocate(std::size_t bytes) {
-  void* ptr = std::aligned_alloc(kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment);
+  void* ptr = nullptr;
+  if (mapped(bytes)) {
+    // Page aligned, which covers kAlignment.
+    ptr = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (ptr == MAP_FAILED) ptr = nullptr;
+    // Fresh pages are what mapping costs: 7 s per GiB first touched in 4 KiB pages on
+    // this (virtualised, loaded) machine, 1 s in 2 MiB pages, 0.08 s for memory
+    // already touched. Transparent huge pages where the kernel allows them
+    // (enabled=madvise); a hint, ignored where it does not.
+    if (ptr != nullptr && bytes >= kHugePage) madvise(ptr, bytes, MADV_HUGEPAGE);
+  } else {
+    ptr = std::aligned_alloc(kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment);
+  }
   if (ptr == nullptr) {
     throw Error(fmt::format("host allocation of {} bytes failed: out of memory", bytes));
   }
   return ptr;
 }
 
-void HostAllocator::system_free(void* ptr, std::size_t) { std::free(ptr); }
+void HostAllocator::system_free(void* ptr, std::size_t bytes) {
+  if (mapped(bytes))
+    munmap(ptr, bytes);
+  else
+    std::free(ptr);
+}
 
 Allocator& allocator_for(Device device) {
   if (device.is_cpu()) {
