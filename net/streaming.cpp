@@ -170,6 +170,23 @@ void release_cache_between_shapes(const StreamTile* previous, const StreamTile& 
   allocator_for(backend_device(backend)).release_cached();
 }
 
+// The host's cache hands a block out again for its exact size only (the device
+// allocator splits and merges blocks, so its cache serves other sizes and is left
+// alone). Within one tile's backward two kinds of cached blocks would sit unused
+// beside the memory the step needs: the kept forward's temporaries (layout reorders,
+// scratchpads) at the backward's start, where everything is kept; and, from the
+// map's stride down to the image's, each finished stage's gradients and freed
+// activations, sizes the stages below never ask for. ResNet-50 on a 918x918 tile,
+// first step: reserved at most 1.96 GiB for 1.58 GiB of tensors without these
+// releases, 1.69 GiB with them (the pages come back at 1 s/GiB in huge pages).
+void release_host_cache(Device device) {
+  if (device.is_cpu()) allocator_for(device).release_cached();
+}
+
+void release_cache_at_stage_change(const Shape& output, const Shape& input, Device device) {
+  if (output != input) release_host_cache(device);
+}
+
 void check_plan(const StreamPlan& plan, RegionReader& image) {
   BT_CHECK(image.image_shape() == plan.image, "streaming: the plan is for an image {}, the reader has {}",
            shape_str(plan.image), shape_str(image.image_shape()));
@@ -209,11 +226,14 @@ void StreamingTrunk::backward(RegionReader& image, const StreamPlan& plan, const
     release_cache_between_shapes(previous, tile, ctx.backend);
     previous = &tile;
     const Tensor y = run_tile(image, tile, plan, kept);
+    release_host_cache(device);  // the forward's temporaries, beside everything kept at the backward's start
     Tensor d = Tensor::zeros(y.shape(), DType::f32, device);
     copy_window(dmap_here, tile.cells, d, tile.output_y, tile.output_x);
     for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) {
       BT_CHECK(d.defined(), "streaming: layer `{}` returned no input gradient inside the trunk", (*std::prev(it))->name());
+      const Shape output = d.shape();
       d = (*it)->backward(d);
+      if (d.defined()) release_cache_at_stage_change(output, d.shape(), device);
     }
   }
 }
