@@ -6,7 +6,9 @@
 //   bench_stream_cpp --preset resnet50 --height 2435 --width 2435 --tile 512 [--iters N] [--plan-only]
 //
 // Prints one JSON object: median seconds per step after warm-up, the allocator's
-// peak, peak RSS, the halo overhead and the planner's step peak.
+// peak, peak RSS, the halo overhead and the planner's step peak, and where the
+// memory went phase by phase (memory_probe.hpp: resident set, the allocator's
+// reserved and handed-out bytes, glibc's heap).
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -28,6 +30,7 @@
 #include "net/optimizer.hpp"
 #include "net/streaming.hpp"
 #include "net/streaming_memory.hpp"
+#include "memory_probe.hpp"
 
 namespace bigtrain::bench {
 namespace {
@@ -46,6 +49,15 @@ std::int64_t peak_rss_bytes() {
   return static_cast<std::int64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
 }
 
+// CPU seconds in the kernel and page faults: what mapping fresh memory costs.
+nlohmann::json process_times() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  auto seconds = [](const timeval& t) { return static_cast<double>(t.tv_sec) + 1e-6 * static_cast<double>(t.tv_usec); };
+  return {{"user_s", seconds(usage.ru_utime)}, {"system_s", seconds(usage.ru_stime)},
+          {"minor_page_faults", usage.ru_minflt}};
+}
+
 nlohmann::json run(const std::string& preset, std::int64_t height, std::int64_t width, std::int64_t tile, int warmup,
                    int iters, bool plan_only) {
   net::ModelSpec spec;
@@ -55,8 +67,13 @@ nlohmann::json run(const std::string& preset, std::int64_t height, std::int64_t 
   const Backend backend = Backend::cpu;
   Allocator& allocator = allocator_for(Device::cpu());
   allocator.reset_peak();
+  MemoryProbe probe(allocator);
+  probe.begin("model");
   net::Model model(spec, /*seed=*/0);
 
+  std::int64_t parameter_bytes = 0;
+  for (net::Parameter* p : model.parameters()) parameter_bytes += p->value.numel() * 4;
+  probe.begin("image");
   Tensor image = Tensor::empty({1, 1, height, width});
   float* x = image.f32();
   for (std::int64_t i = 0; i < image.numel(); ++i) x[i] = static_cast<float>((i * 2654435761u) % 1000) / 500.0f - 1.0f;
@@ -79,15 +96,20 @@ nlohmann::json run(const std::string& preset, std::int64_t height, std::int64_t 
   auto optimizer = net::make_optimizer({.kind = net::OptimizerKind::sgd, .lr = 0.01, .weight_decay = 1e-4, .momentum = 0.9},
                                        model.parameters(), backend);
   auto step = [&] {
+    probe.begin("forward");
     optimizer->zero_grad();
     Tensor map = trunk.forward(reader, plan, ctx);
+    probe.begin("head");
     const Tensor logits = model.head().forward(pool.forward(map, ctx), ctx);
     map = {};
     Tensor dlogits = Tensor::empty(logits.shape());
     kernels::cross_entropy(backend, logits, labels, nullptr, {}, dlogits);
     const Tensor dmap = pool.backward(model.head().backward(dlogits));
+    probe.begin("backward");
     trunk.backward(reader, plan, dmap, ctx);
+    probe.begin("optimizer");
     optimizer->step();
+    probe.begin("between steps");
   };
   for (int i = 0; i < warmup; ++i) step();
   std::vector<double> seconds;
@@ -96,6 +118,7 @@ nlohmann::json run(const std::string& preset, std::int64_t height, std::int64_t 
     step();
     seconds.push_back(std::chrono::duration<double>(Clock::now() - start).count());
   }
+  probe.stop();
   return {{"framework", "bigtrain"},
           {"mode", "stream"},
           {"preset", preset},
@@ -110,6 +133,11 @@ nlohmann::json run(const std::string& preset, std::int64_t height, std::int64_t 
           {"peak_alloc_bytes", allocator.stats().peak_bytes},
           {"planned_step_peak_bytes", planned.step_peak},
           {"peak_rss_bytes", peak_rss_bytes()},
+          {"process", process_times()},
+          {"sampled_peak_rss_bytes", probe.max_rss()},
+          {"peak_reserved_bytes", probe.max_reserved()},
+          {"parameter_bytes", parameter_bytes},
+          {"memory_phases", probe.report()},
           {"threads", omp_get_max_threads()}};
 }
 
