@@ -12,12 +12,14 @@
 #include "kernels/core/error.hpp"
 #include "net/model.hpp"
 #include "tests/net/net_testing.hpp"
+#include "tests/support/error_of.hpp"
 
 namespace bigtrain::net {
 namespace {
 
 using namespace bigtrain::net::testing;
 namespace fs = std::filesystem;
+using bigtrain::testing::error_of;
 
 class Checkpoint : public ::testing::Test {
  protected:
@@ -29,16 +31,6 @@ class Checkpoint : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
   fs::path path(const std::string& name) const { return dir_ / name; }
-
-  static std::string error_of(const std::function<void()>& f) {
-    try {
-      f();
-    } catch (const Error& error) {
-      return error.what();
-    }
-    ADD_FAILURE() << "expected a bigtrain::Error";
-    return {};
-  }
 
   fs::path dir_;
 };
