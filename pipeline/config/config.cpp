@@ -136,6 +136,7 @@ TrainConfig read_train(ConfigSection s) {
     e.finish();
   }
   t.freeze_bn = s.get_bool("freeze_bn", t.freeze_bn);
+  t.mix_tiles = s.get_bool("mix_tiles", t.mix_tiles);
   t.bn_calibration_images = s.get_int("bn_calibration_images", t.bn_calibration_images, 0, kIntMax);
   t.diagnostics = s.get_bool("diagnostics", t.diagnostics);
   t.best_metric = read_choice(s, "best_metric", t.best_metric);
@@ -257,6 +258,11 @@ Config parse_node(YAML::Node root, std::shared_ptr<ConfigOrigin> origin, const s
     train.fail("freeze_bn", "aggregator.top_tiles needs freeze_bn: true (pass 2 computes the selected tiles in "
                             "sub-batches, whose BatchNorm batch statistics would differ from pass 1's)");
   if (config.tiler.mode == TilerMode::stream) check_streaming(config, top, train);
+  // Only the instance loss is a sum over tiles that need nothing of each other.
+  if (config.train.mix_tiles && (config.aggregator.kind != net::AggregatorKind::instance ||
+                                 config.aggregator.top_tiles > 0 || config.tiler.mode != TilerMode::tiles))
+    train.fail("mix_tiles", "mixing several images' tiles in one batch needs aggregator.kind instance without "
+                            "top_tiles and tiler.mode tiles (the other aggregators pool one image's tiles)");
   // bf16 on the CPU depends on the machine (AVX512_BF16): the trainer checks it, as
   // it checks fp16 with device: auto on a machine without a GPU.
   if (config.train.precision == DType::f16 && config.device.type == "cpu")
@@ -374,6 +380,7 @@ std::string config_to_yaml(const Config& c) {
   out << YAML::Key << "min_delta" << YAML::Value << t.early_stopping.min_delta;
   out << YAML::EndMap;
   out << YAML::Key << "freeze_bn" << YAML::Value << t.freeze_bn;
+  out << YAML::Key << "mix_tiles" << YAML::Value << t.mix_tiles;
   out << YAML::Key << "bn_calibration_images" << YAML::Value << t.bn_calibration_images;
   out << YAML::Key << "diagnostics" << YAML::Value << t.diagnostics;
   out << YAML::Key << "best_metric" << YAML::Value << std::string(choice_name(t.best_metric));

@@ -6,6 +6,7 @@
 #include "kernels/core/error.hpp"
 #include "kernels/cross_entropy.hpp"
 #include "kernels/elementwise.hpp"
+#include "pipeline/engine/instance_vote.hpp"
 
 namespace bigtrain {
 
@@ -160,50 +161,21 @@ void TwoPassStep::scatter_selected_gradient(const Tensor& dh) {
 
 ImageOutcome TwoPassStep::vote() {
   net::ForwardContext ctx = net::ForwardContext::inference(options_.backend);
-  const Tensor tile_logits = model_.head->forward(h_, ctx).to(Device::cpu());
-  const std::int64_t n = tile_logits.dim(0), classes = tile_logits.dim(1);
-  const float* l = tile_logits.data<float>();
-  // Mean of the tiles' log-softmax: the image's logits, up to a constant.
-  std::vector<double> mean_log_p(static_cast<std::size_t>(classes), 0.0);
-  std::vector<double> log_p(static_cast<std::size_t>(n * classes));
-  for (std::int64_t i = 0; i < n; ++i) {
-    const float* row = l + i * classes;
-    const double top = *std::max_element(row, row + classes);
-    double sum = 0.0;
-    for (std::int64_t k = 0; k < classes; ++k) sum += std::exp(static_cast<double>(row[k]) - top);
-    const double log_sum = top + std::log(sum);
-    for (std::int64_t k = 0; k < classes; ++k) {
-      log_p[static_cast<std::size_t>(i * classes + k)] = row[k] - log_sum;
-      mean_log_p[static_cast<std::size_t>(k)] += (row[k] - log_sum) / static_cast<double>(n);
-    }
-  }
-  Tensor image_logits = Tensor::empty({1, classes}, DType::f32);
-  for (std::int64_t k = 0; k < classes; ++k)
-    image_logits.data<float>()[k] = static_cast<float>(mean_log_p[static_cast<std::size_t>(k)]);
-  Tensor targets = Tensor::empty({1}, DType::i32);
-  targets.data<std::int32_t>()[0] = label_;
-  Tensor dlogits = Tensor::empty({1, classes}, DType::f32);
-  Tensor probabilities = Tensor::empty({1, classes}, DType::f32);
-  kernels::CrossEntropyOptions ce;
-  ce.label_smoothing = options_.label_smoothing;
-  ImageOutcome outcome;
-  outcome.loss = kernels::cross_entropy(Backend::cpu, image_logits, targets, nullptr, ce, dlogits, &probabilities);
-  outcome.probabilities = probabilities.to_vector();
-  outcome.tiles = n;
+  const InstanceVote vote = instance_vote(model_.head->forward(h_, ctx).to(Device::cpu()), label_,
+                                          options_.label_smoothing);
+  const std::int64_t n = h_.dim(0);
   label_probabilities_.resize(static_cast<std::size_t>(n));
   for (std::int64_t i = 0; i < n; ++i)
-    label_probabilities_[static_cast<std::size_t>(i)] =
-        static_cast<float>(std::exp(log_p[static_cast<std::size_t>(i * classes + label_)]));
+    label_probabilities_[static_cast<std::size_t>(i)] = static_cast<float>(vote.tile_probability(i, label_));
   // Where the vote came from, for heatmaps and diagnostics.
-  const auto predicted = static_cast<std::int64_t>(
-      std::max_element(outcome.probabilities.begin(), outcome.probabilities.end()) - outcome.probabilities.begin());
+  const auto& p = vote.outcome.probabilities;
+  const auto predicted = static_cast<std::int64_t>(std::max_element(p.begin(), p.end()) - p.begin());
   scores_ = Tensor::empty({n}, DType::f32);
   double total = 0.0;
-  for (std::int64_t i = 0; i < n; ++i) total += std::exp(log_p[static_cast<std::size_t>(i * classes + predicted)]);
+  for (std::int64_t i = 0; i < n; ++i) total += vote.tile_probability(i, predicted);
   for (std::int64_t i = 0; i < n; ++i)
-    scores_.data<float>()[i] =
-        static_cast<float>(std::exp(log_p[static_cast<std::size_t>(i * classes + predicted)]) / total);
-  return outcome;
+    scores_.data<float>()[i] = static_cast<float>(vote.tile_probability(i, predicted) / total);
+  return vote.outcome;
 }
 
 ImageLoss image_loss(Backend backend, const Tensor& logits, int label, float label_smoothing) {

@@ -38,6 +38,7 @@
 #include "net/aggregator.hpp"
 #include "net/encoder.hpp"
 #include "net/linear.hpp"
+#include "pipeline/engine/image_outcome.hpp"
 
 namespace bigtrain {
 
@@ -48,12 +49,6 @@ struct ImageModel {
 
   std::vector<net::Parameter*> parameters() const;  // encoder, aggregator, head
   void zero_grad() const;
-};
-
-struct ImageOutcome {
-  float loss = 0.0f;  // unscaled cross-entropy of this image
-  std::vector<float> probabilities;
-  std::int64_t tiles = 0;
 };
 
 // One image's cross-entropy from its logits [1, classes]: the loss and the

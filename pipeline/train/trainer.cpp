@@ -41,6 +41,7 @@
 #include "pipeline/engine/checkpoint_metadata.hpp"
 #include "pipeline/engine/gradient_check.hpp"
 #include "pipeline/engine/loss_scaler.hpp"
+#include "pipeline/engine/mixed_instances.hpp"
 #include "pipeline/engine/stream_step.hpp"
 #include "pipeline/engine/two_pass.hpp"
 #include "pipeline/plan/plan.hpp"
@@ -54,7 +55,9 @@ namespace fs = std::filesystem;
 namespace {
 
 // Purposes mixed into the run seed, so each kind of draw has its own stream.
-enum Stream : std::uint64_t { kOrder = 1, kSubsample = 2, kAugment = 3, kDropout = 4, kInit = 5, kBnCalibration = 6 };
+enum Stream : std::uint64_t {
+  kOrder = 1, kSubsample = 2, kAugment = 3, kDropout = 4, kInit = 5, kBnCalibration = 6, kMixTiles = 7
+};
 
 std::int64_t peak_rss_bytes() {
   rusage usage{};
@@ -119,6 +122,7 @@ struct Trainer::State {
   std::unique_ptr<net::Optimizer> optimizer;
   std::unique_ptr<TwoPassStep> step;
   std::unique_ptr<StreamStep> stream_step;  // tiler.mode stream, in place of `step`'s passes
+  std::unique_ptr<MixedInstanceStep> mixed_step;  // train.mix_tiles, in place of `step` in training
   std::unique_ptr<TrainingDiagnostics> diagnostics;  // train.diagnostics, rank 0 only
   ImageModel image_model;
   Backend backend = Backend::cpu;
@@ -166,7 +170,11 @@ struct Trainer::State {
     return stop_signal() != 0 || (stop_after_steps >= 0 && optimizer->steps_taken() >= stop_after_steps);
   }
   std::string position_text() const;
-  void check_gradients(const Sample& sample, std::int64_t epoch) const;
+  void check_gradients(const Sample& sample, std::int64_t epoch) const {
+    check_gradients(fmt::format("{} ({})", sample.path, sample.origin), epoch);
+  }
+  // `source`: what the gradients came from (an image, or a mixed step's images).
+  void check_gradients(const std::string& source, std::int64_t epoch) const;
 
   std::uint64_t seed(std::uint64_t purpose, std::uint64_t epoch = 0, std::uint64_t image = 0) const {
     return mix_seed(config.train.seed, purpose, epoch, image);
@@ -229,15 +237,15 @@ std::string Trainer::State::position_text() const {
 // finite before it, so the first non-finite one is this image's. With fp16 loss
 // scaling an overflow is expected now and then (the scale probes upwards): the
 // step is checked as a whole and skipped instead (take_ready_steps).
-void Trainer::State::check_gradients(const Sample& sample, std::int64_t epoch) const {
+void Trainer::State::check_gradients(const std::string& source, std::int64_t epoch) const {
   if (loss_scaler.enabled()) return;
   const std::vector<std::string> offending = non_finite_gradients(backend, image_model.parameters());
   if (offending.empty()) return;
   const std::size_t shown = std::min<std::size_t>(offending.size(), 5);
-  throw Error(fmt::format("{} ({}): its backward pass made the gradients non-finite (NaN or Inf) at epoch {}, "
+  throw Error(fmt::format("{}: its backward pass made the gradients non-finite (NaN or Inf) at epoch {}, "
                           "optimizer step {} of the run, in {}{}; the weights were not updated with them. Lower "
                           "train.lr, set train.clip_grad_norm, or check the image and data.mean/std",
-                          sample.path, sample.origin, epoch, optimizer->steps_taken() + 1,
+                          source, epoch, optimizer->steps_taken() + 1,
                           fmt::join(offending.begin(), offending.begin() + static_cast<std::ptrdiff_t>(shown), ", "),
                           offending.size() > shown ? fmt::format(" and {} more", offending.size() - shown) : ""));
 }
@@ -439,6 +447,26 @@ EpochSummary Trainer::State::train_epoch(std::int64_t epoch) {
     probabilities.push_back(outcome.probabilities);
     losses.push_back(outcome.loss);
   };
+  // train.mix_tiles: the step's images are all in; their tiles train together.
+  auto train_mixed_step = [&] {
+    MemoryPhase phase("training (mixed tile batches)");
+    std::vector<MixedImageResult> results =
+        mixed_step->train(mean_over_step * loss_scaler.scale(), seed(kMixTiles, e, step_index));
+    std::string sources;
+    for (const MixedImageResult& r : results) {
+      const Sample& sample = train[r.image];
+      record_outcome(sample, r.vote.outcome);
+      if (diagnostics)
+        diagnostics->image(epoch, optimizer->steps_taken() + 1, *r.plan, sample.label, r.vote.outcome.loss,
+                           r.tile_weights, {});
+      sources += (sources.empty() ? "" : ", ") + sample.path;
+    }
+    check_gradients(fmt::format("the mixed tile batches of {}", sources), epoch);
+    images_done += static_cast<std::int64_t>(results.size());
+    images_in_step += static_cast<std::int64_t>(results.size());
+    report_progress(false);
+    take_ready_steps();
+  };
   StreamStats stats;
   try {
   take_ready_steps();  // steps in which this rank has no image (more ranks than images_per_step)
@@ -476,6 +504,15 @@ EpochSummary Trainer::State::train_epoch(std::int64_t epoch) {
           report_progress(false);
           take_ready_steps();
         };
+        if (mixed_step) {
+          mixed_step->add(batch.image, sample.label, static_cast<std::int64_t>(batch.plan->tiles.size()), batch.plan,
+                          batch.pixels, batch.first_tile);
+          tiles += batch.pixels.dim(0);
+          if (batch.last_of_job && static_cast<std::int64_t>(mixed_step->images()) ==
+                                       shard.images_per_step[step_index] - images_in_step)
+            train_mixed_step();
+          return;
+        }
         if (batch.pass == 1) {
           if (batch.first_tile == 0)
             step->begin_image(static_cast<std::int64_t>(batch.plan->tiles.size()), sample.label,
@@ -713,6 +750,13 @@ Trainer::Trainer(Config config, bool resume, std::optional<Backend> backend) : s
                                     .label_smoothing = static_cast<float>(c.train.label_smoothing),
                                     .encoder_compute_dtype = compute_dtype,
                                     .top_tiles = c.aggregator.top_tiles});
+  if (c.train.mix_tiles)
+    s.mixed_step = std::make_unique<MixedInstanceStep>(
+        s.image_model, MixedInstanceOptions{.backend = s.backend,
+                                            .freeze_bn = c.train.freeze_bn,
+                                            .label_smoothing = static_cast<float>(c.train.label_smoothing),
+                                            .encoder_compute_dtype = compute_dtype,
+                                            .tile_batch = c.train.tile_batch});
   if (c.tiler.mode == TilerMode::stream) {
     try {
       s.stream_step = std::make_unique<StreamStep>(

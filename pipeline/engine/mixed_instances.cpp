@@ -1,0 +1,149 @@
+#include "pipeline/engine/mixed_instances.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "kernels/core/error.hpp"
+#include "kernels/cross_entropy.hpp"
+#include "pipeline/common/random.hpp"
+
+namespace bigtrain {
+
+MixedInstanceStep::MixedInstanceStep(const ImageModel& model, const MixedInstanceOptions& options)
+    : model_(model), options_(options) {
+  BT_CHECK(model.encoder && model.aggregator && model.head, "mixed tile batches: encoder, aggregator and head are required");
+  BT_CHECK(model.aggregator->kind() == net::AggregatorKind::instance,
+           "train.mix_tiles: mixing the tiles of several images in a batch needs aggregator.kind instance (its tiles' "
+           "losses need nothing of each other); the {} aggregator pools an image's tiles",
+           net::aggregator_kind_name(model.aggregator->kind()));
+  BT_CHECK(options.tile_batch > 0, "mixed tile batches: tile_batch must be positive, got {}", options.tile_batch);
+}
+
+MixedInstanceStep::PendingImage& MixedInstanceStep::pending(std::size_t image, int label, std::int64_t tiles,
+                                                            std::shared_ptr<const ImageTiling> plan,
+                                                            const Tensor& like) {
+  for (PendingImage& p : images_)
+    if (p.image == image) return p;
+  BT_CHECK(tiles > 0, "mixed tile batches: image {} has no tiles", image);
+  PendingImage p;
+  p.image = image;
+  p.label = label;
+  p.tiles = tiles;
+  p.plan = std::move(plan);
+  Shape shape = like.shape();
+  shape[0] = tiles;
+  p.pixels = Tensor::empty(shape, DType::f32);
+  images_.push_back(std::move(p));
+  return images_.back();
+}
+
+void MixedInstanceStep::add(std::size_t image, int label, std::int64_t tiles, std::shared_ptr<const ImageTiling> plan,
+                            const Tensor& pixels, std::int64_t first_tile) {
+  BT_CHECK(pixels.device().is_cpu() && pixels.dtype() == DType::f32 && pixels.rank() == 4,
+           "mixed tile batches: tiles arrive as host float32 [B, C, T, T], got {}", pixels.describe());
+  PendingImage& p = pending(image, label, tiles, std::move(plan), pixels);
+  const std::int64_t rows = pixels.dim(0);
+  BT_CHECK(first_tile >= 0 && first_tile + rows <= p.tiles && p.received + rows <= p.tiles,
+           "mixed tile batches: rows [{}, {}) of image {} outside its {} tiles", first_tile, first_tile + rows, image,
+           p.tiles);
+  BT_CHECK(pixels.shape()[1] == p.pixels.shape()[1] && pixels.shape()[2] == p.pixels.shape()[2] &&
+               pixels.shape()[3] == p.pixels.shape()[3],
+           "mixed tile batches: image {} changed its tile shape within the image", image);
+  p.pixels.slice_rows(first_tile, first_tile + rows).copy_from(pixels);
+  p.received += rows;
+}
+
+bool MixedInstanceStep::complete() const {
+  return std::all_of(images_.begin(), images_.end(), [](const PendingImage& p) { return p.received == p.tiles; });
+}
+
+std::vector<MixedImageResult> MixedInstanceStep::train(float loss_scale, std::uint64_t shuffle_seed) {
+  BT_CHECK(complete(), "mixed tile batches: the step trains before every image's tiles arrived");
+  std::vector<std::pair<std::size_t, std::int64_t>> order;  // (pending image, tile)
+  for (std::size_t i = 0; i < images_.size(); ++i)
+    for (std::int64_t t = 0; t < images_[i].tiles; ++t) order.emplace_back(i, t);
+  BT_CHECK(!order.empty(), "mixed tile batches: no tiles to train");
+  // Tiles of different sizes (tiler.mode resize next to tiles) cannot share a batch.
+  for (const PendingImage& p : images_)
+    BT_CHECK(p.pixels.shape() == Shape({p.tiles, images_.front().pixels.dim(1), images_.front().pixels.dim(2),
+                                        images_.front().pixels.dim(3)}),
+             "mixed tile batches: image {} has tiles {}, image {} {}", p.image, p.pixels.describe(),
+             images_.front().image, images_.front().pixels.describe());
+  SplitMix64 rng(shuffle_seed);
+  seeded_shuffle(order, rng);
+
+  const Device device = backend_device(options_.backend);
+  const std::int64_t classes = model_.head->out_features();
+  std::vector<Tensor> logits(images_.size());
+  for (std::size_t i = 0; i < images_.size(); ++i) logits[i] = Tensor::empty({images_[i].tiles, classes});
+  const Shape tile_shape{1, images_.front().pixels.dim(1), images_.front().pixels.dim(2), images_.front().pixels.dim(3)};
+  const auto tile_floats = static_cast<std::size_t>(shape_numel(tile_shape));
+
+  net::ForwardContext encoder_ctx;
+  encoder_ctx.backend = options_.backend;
+  encoder_ctx.training = true;
+  encoder_ctx.keep_activations = true;
+  encoder_ctx.freeze_bn = options_.freeze_bn;
+  encoder_ctx.update_bn_running_stats = !options_.freeze_bn;
+  encoder_ctx.compute_dtype = options_.encoder_compute_dtype;
+  net::ForwardContext head_ctx;
+  head_ctx.backend = options_.backend;
+  head_ctx.training = true;
+  head_ctx.keep_activations = true;
+
+  for (std::size_t first = 0; first < order.size(); first += static_cast<std::size_t>(options_.tile_batch)) {
+    const std::size_t count = std::min(order.size() - first, static_cast<std::size_t>(options_.tile_batch));
+    const auto rows = static_cast<std::int64_t>(count);
+    Tensor x = Tensor::empty({rows, tile_shape[1], tile_shape[2], tile_shape[3]});
+    Tensor targets = Tensor::empty({rows}, DType::i32);
+    for (std::size_t r = 0; r < count; ++r) {
+      const auto [i, t] = order[first + r];
+      std::memcpy(x.data<float>() + r * tile_floats, images_[i].pixels.data<float>() + t * tile_floats,
+                  tile_floats * sizeof(float));
+      targets.data<std::int32_t>()[r] = images_[i].label;
+    }
+    Tensor features = model_.encoder->forward(x.to(device), encoder_ctx);
+    Tensor batch_logits = model_.head->forward(features, head_ctx);
+    Tensor dlogits = Tensor::empty(batch_logits.shape(), DType::f32, device);
+    kernels::CrossEntropyOptions ce;
+    ce.label_smoothing = options_.label_smoothing;
+    kernels::cross_entropy(options_.backend, batch_logits, targets.to(device), nullptr, ce, dlogits);
+    // The kernel averages over the batch's rows; a tile's share is instead
+    // 1 / its image's tile count, times loss_scale.
+    Tensor host_logits = batch_logits.to(Device::cpu());
+    Tensor host_dlogits = dlogits.to(Device::cpu());
+    for (std::size_t r = 0; r < count; ++r) {
+      const auto [i, t] = order[first + r];
+      std::memcpy(logits[i].data<float>() + t * classes, host_logits.data<float>() + r * classes,
+                  static_cast<std::size_t>(classes) * sizeof(float));
+      const float weight = loss_scale * static_cast<float>(rows) / static_cast<float>(images_[i].tiles);
+      float* row = host_dlogits.data<float>() + r * classes;
+      for (std::int64_t k = 0; k < classes; ++k) row[k] *= weight;
+    }
+    model_.encoder->backward(model_.head->backward(host_dlogits.to(device)));
+  }
+
+  std::vector<MixedImageResult> results;
+  results.reserve(images_.size());
+  for (std::size_t i = 0; i < images_.size(); ++i) {
+    MixedImageResult result;
+    result.image = images_[i].image;
+    result.label = images_[i].label;
+    result.plan = images_[i].plan;
+    result.vote = instance_vote(logits[i], images_[i].label, options_.label_smoothing);
+    const auto& p = result.vote.outcome.probabilities;
+    const auto predicted = static_cast<std::int64_t>(std::max_element(p.begin(), p.end()) - p.begin());
+    const std::int64_t n = images_[i].tiles;
+    result.tile_weights = Tensor::empty({n});
+    double total = 0.0;
+    for (std::int64_t t = 0; t < n; ++t) total += result.vote.tile_probability(t, predicted);
+    for (std::int64_t t = 0; t < n; ++t)
+      result.tile_weights.data<float>()[t] = static_cast<float>(result.vote.tile_probability(t, predicted) / total);
+    results.push_back(std::move(result));
+  }
+  images_.clear();
+  return results;
+}
+
+}  // namespace bigtrain

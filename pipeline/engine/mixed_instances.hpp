@@ -1,0 +1,76 @@
+#pragma once
+// The instance aggregator with train.mix_tiles: the tiles of every image of one
+// optimizer step are shuffled together and cut into batches of tile_batch, so each
+// batch's BatchNorm statistics come from many images, as in ordinary image
+// classification. Unmixed, a batch is one image's tiles, and batch statistics then
+// normalise that image's own evidence away (docs/learning.md).
+//
+// Every tile is trained with its image's label; an image's tiles share its loss
+// equally (1 / its tile count) and every image weighs the same in the step, as in
+// TwoPassStep::train_instances_batch, so with frozen BatchNorm the gradients are the
+// unmixed step's (tests/pipeline/mixed_instances_test.cpp).
+//
+// Memory: the step's tiles' pixels on the host (images_per_step x tiles an image;
+// tiler.max_tiles_per_image or the background filter bound it), one batch's
+// activations, and the tiles' logits.
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "kernels/core/tensor.hpp"
+#include "pipeline/data/image_tiling.hpp"
+#include "pipeline/engine/instance_vote.hpp"
+#include "pipeline/engine/two_pass.hpp"
+
+namespace bigtrain {
+
+struct MixedInstanceOptions {
+  Backend backend = Backend::cpu;
+  bool freeze_bn = false;
+  float label_smoothing = 0.0f;
+  DType encoder_compute_dtype = DType::f32;
+  std::int64_t tile_batch = 16;
+};
+
+struct MixedImageResult {
+  std::size_t image = 0;  // as given to add()
+  int label = 0;
+  std::shared_ptr<const ImageTiling> plan;
+  InstanceVote vote;  // from the training forward's logits
+  Tensor tile_weights;  // host [tiles]: each tile's probability of the voted class, normalised
+};
+
+class MixedInstanceStep {
+ public:
+  MixedInstanceStep(const ImageModel& model, const MixedInstanceOptions& options);
+
+  // One tile batch of an image: host pixels [B, C, T, T], rows [first_tile,
+  // first_tile + B) of the image's `tiles`.
+  void add(std::size_t image, int label, std::int64_t tiles, std::shared_ptr<const ImageTiling> plan,
+           const Tensor& pixels, std::int64_t first_tile);
+  std::size_t images() const { return images_.size(); }
+  // Every added image has all its tiles.
+  bool complete() const;
+
+  // Forward and backward of every added tile in batches of tile_batch, in an order
+  // drawn from shuffle_seed; each image's loss gradient is multiplied by loss_scale.
+  // Returns each image's vote in the order the images were added, and forgets them.
+  std::vector<MixedImageResult> train(float loss_scale, std::uint64_t shuffle_seed);
+
+ private:
+  struct PendingImage {
+    std::size_t image = 0;
+    int label = 0;
+    std::int64_t tiles = 0, received = 0;
+    std::shared_ptr<const ImageTiling> plan;
+    Tensor pixels;  // host [tiles, C, T, T]
+  };
+  PendingImage& pending(std::size_t image, int label, std::int64_t tiles, std::shared_ptr<const ImageTiling> plan,
+                        const Tensor& like);
+
+  ImageModel model_;
+  MixedInstanceOptions options_;
+  std::vector<PendingImage> images_;
+};
+
+}  // namespace bigtrain
