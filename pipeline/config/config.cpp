@@ -186,6 +186,15 @@ DeviceConfig read_device(ConfigSection s) {
   return d;
 }
 
+PretrainConfig read_pretrain(ConfigSection s) {
+  PretrainConfig p;
+  p.epochs = s.get_int("epochs", p.epochs, 0, 1'000'000);
+  p.lr = s.get_double("lr", p.lr, 0.0, 100.0);
+  p.images_per_step = s.get_int("images_per_step", p.images_per_step, 0, 1'000'000);
+  s.finish();
+  return p;
+}
+
 OutputConfig read_output(ConfigSection s) {
   OutputConfig o;
   o.dir = s.get_string("dir", o.dir);
@@ -268,6 +277,13 @@ Config parse_node(YAML::Node root, std::shared_ptr<ConfigOrigin> origin, const s
   if (config.train.precision == DType::f16 && config.device.type == "cpu")
     train.fail("precision", "fp16 needs device: cuda (the CPU backend computes in float32, or in bf16 on CPUs "
                             "with AVX512_BF16); use precision fp32 or bf16 with device: cpu");
+  {
+    ConfigSection pretrain = top.section("pretrain");
+    config.pretrain = read_pretrain(pretrain);
+    // A quarter turn must map a tile onto itself, and stream mode has no tiles.
+    if (config.pretrain.epochs > 0 && config.tiler.mode == TilerMode::stream)
+      pretrain.fail("epochs", "rotation pretraining trains on tiles; tiler.mode stream has none");
+  }
   config.output = read_output(top.section("output"));
   top.finish();
   return config;
@@ -398,6 +414,12 @@ std::string config_to_yaml(const Config& c) {
   out << YAML::Key << "threads" << YAML::Value << c.device.threads;
   out << YAML::Key << "tiles_in_flight" << YAML::Value << c.device.tiles_in_flight;
   out << YAML::Key << "memory_limit" << YAML::Value << c.device.memory_limit;
+  out << YAML::EndMap;
+
+  out << YAML::Key << "pretrain" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "epochs" << YAML::Value << c.pretrain.epochs;
+  out << YAML::Key << "lr" << YAML::Value << c.pretrain.lr;
+  out << YAML::Key << "images_per_step" << YAML::Value << c.pretrain.images_per_step;
   out << YAML::EndMap;
 
   out << YAML::Key << "output" << YAML::Value << YAML::BeginMap;

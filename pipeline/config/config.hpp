@@ -153,12 +153,22 @@ struct OutputConfig {
   std::int64_t log_every = 20;  // images between log lines when not on a terminal
 };
 
+// Self-supervised pretraining of the encoder before the first epoch, on the training
+// images' tiles without their labels: rotation prediction (Gidaris et al., ICLR
+// 2018; pipeline/train/pretext.hpp). 0 epochs: off.
+struct PretrainConfig {
+  std::int64_t epochs = 0;
+  double lr = 0.0;                   // 0: train.lr
+  std::int64_t images_per_step = 0;  // 0: train.images_per_step
+};
+
 struct Config {
   DataConfig data;
   TilerConfig tiler;
   YAML::Node model;  // handed to net's model-spec parser unchanged
   AggregatorConfig aggregator;
   TrainConfig train;
+  PretrainConfig pretrain;
   DeviceConfig device;
   OutputConfig output;
   std::string source;  // the file it came from ("<string>" otherwise), for messages

@@ -34,12 +34,20 @@ MixedInstanceStep::PendingImage& MixedInstanceStep::pending(std::size_t image, i
   Shape shape = like.shape();
   shape[0] = tiles;
   p.pixels = Tensor::empty(shape, DType::f32);
+  p.tile_labels.assign(static_cast<std::size_t>(tiles), label);
   images_.push_back(std::move(p));
   return images_.back();
 }
 
 void MixedInstanceStep::add(std::size_t image, int label, std::int64_t tiles, std::shared_ptr<const ImageTiling> plan,
                             const Tensor& pixels, std::int64_t first_tile) {
+  add_labelled(image, label, tiles, std::move(plan), pixels, first_tile,
+               std::vector<int>(static_cast<std::size_t>(pixels.rank() > 0 ? pixels.dim(0) : 0), label));
+}
+
+void MixedInstanceStep::add_labelled(std::size_t image, int label, std::int64_t tiles,
+                                     std::shared_ptr<const ImageTiling> plan, const Tensor& pixels,
+                                     std::int64_t first_tile, const std::vector<int>& tile_labels) {
   BT_CHECK(pixels.device().is_cpu() && pixels.dtype() == DType::f32 && pixels.rank() == 4,
            "mixed tile batches: tiles arrive as host float32 [B, C, T, T], got {}", pixels.describe());
   PendingImage& p = pending(image, label, tiles, std::move(plan), pixels);
@@ -50,7 +58,14 @@ void MixedInstanceStep::add(std::size_t image, int label, std::int64_t tiles, st
   BT_CHECK(pixels.shape()[1] == p.pixels.shape()[1] && pixels.shape()[2] == p.pixels.shape()[2] &&
                pixels.shape()[3] == p.pixels.shape()[3],
            "mixed tile batches: image {} changed its tile shape within the image", image);
+  BT_CHECK(static_cast<std::int64_t>(tile_labels.size()) == rows, "mixed tile batches: {} labels for {} tiles",
+           tile_labels.size(), rows);
+  const std::int64_t classes = model_.head->out_features();
+  for (int tile_label : tile_labels)
+    BT_CHECK(tile_label >= 0 && tile_label < classes, "mixed tile batches: tile label {} outside the head's {} classes",
+             tile_label, classes);
   p.pixels.slice_rows(first_tile, first_tile + rows).copy_from(pixels);
+  std::copy(tile_labels.begin(), tile_labels.end(), p.tile_labels.begin() + first_tile);
   p.received += rows;
 }
 
@@ -101,7 +116,7 @@ std::vector<MixedImageResult> MixedInstanceStep::train(float loss_scale, std::ui
       const auto [i, t] = order[first + r];
       std::memcpy(x.data<float>() + r * tile_floats, images_[i].pixels.data<float>() + t * tile_floats,
                   tile_floats * sizeof(float));
-      targets.data<std::int32_t>()[r] = images_[i].label;
+      targets.data<std::int32_t>()[r] = images_[i].tile_labels[static_cast<std::size_t>(t)];
     }
     Tensor features = model_.encoder->forward(x.to(device), encoder_ctx);
     Tensor batch_logits = model_.head->forward(features, head_ctx);
@@ -132,6 +147,13 @@ std::vector<MixedImageResult> MixedInstanceStep::train(float loss_scale, std::ui
     result.label = images_[i].label;
     result.plan = images_[i].plan;
     result.vote = instance_vote(logits[i], images_[i].label, options_.label_smoothing);
+    for (std::int64_t t = 0; t < images_[i].tiles; ++t) {
+      const int tile_label = images_[i].tile_labels[static_cast<std::size_t>(t)];
+      result.tile_loss -= result.vote.tile_log_probabilities[static_cast<std::size_t>(t * classes + tile_label)];
+      const float* row = logits[i].data<float>() + t * classes;
+      if (std::max_element(row, row + classes) - row == tile_label) ++result.tiles_correct;
+    }
+    result.tile_loss /= static_cast<double>(images_[i].tiles);
     const auto& p = result.vote.outcome.probabilities;
     const auto predicted = static_cast<std::int64_t>(std::max_element(p.begin(), p.end()) - p.begin());
     const std::int64_t n = images_[i].tiles;

@@ -37,6 +37,9 @@ struct MixedImageResult {
   int label = 0;
   std::shared_ptr<const ImageTiling> plan;
   InstanceVote vote;  // from the training forward's logits
+  // The tiles against their own labels (the image's, or those given to add_labelled).
+  double tile_loss = 0.0;  // mean cross-entropy
+  std::int64_t tiles_correct = 0;
   Tensor tile_weights;  // host [tiles]: each tile's probability of the voted class, normalised
 };
 
@@ -48,6 +51,10 @@ class MixedInstanceStep {
   // first_tile + B) of the image's `tiles`.
   void add(std::size_t image, int label, std::int64_t tiles, std::shared_ptr<const ImageTiling> plan,
            const Tensor& pixels, std::int64_t first_tile);
+  // The same with a label for each tile (a pretext task's, pipeline/train/pretext.hpp);
+  // `label` is then the image's, for its vote.
+  void add_labelled(std::size_t image, int label, std::int64_t tiles, std::shared_ptr<const ImageTiling> plan,
+                    const Tensor& pixels, std::int64_t first_tile, const std::vector<int>& tile_labels);
   std::size_t images() const { return images_.size(); }
   // Every added image has all its tiles.
   bool complete() const;
@@ -64,6 +71,7 @@ class MixedInstanceStep {
     std::int64_t tiles = 0, received = 0;
     std::shared_ptr<const ImageTiling> plan;
     Tensor pixels;  // host [tiles, C, T, T]
+    std::vector<int> tile_labels;
   };
   PendingImage& pending(std::size_t image, int label, std::int64_t tiles, std::shared_ptr<const ImageTiling> plan,
                         const Tensor& like);

@@ -47,6 +47,7 @@
 #include "pipeline/plan/plan.hpp"
 #include "pipeline/report/report.hpp"
 #include "pipeline/train/interrupt.hpp"
+#include "pipeline/train/pretext.hpp"
 #include "pipeline/train/report_heatmaps.hpp"
 #include "pipeline/train/training_diagnostics.hpp"
 
@@ -56,7 +57,7 @@ namespace {
 
 // Purposes mixed into the run seed, so each kind of draw has its own stream.
 enum Stream : std::uint64_t {
-  kOrder = 1, kSubsample = 2, kAugment = 3, kDropout = 4, kInit = 5, kBnCalibration = 6, kMixTiles = 7
+  kOrder = 1, kSubsample = 2, kAugment = 3, kDropout = 4, kInit = 5, kBnCalibration = 6, kMixTiles = 7, kPretext = 8
 };
 
 std::int64_t peak_rss_bytes() {
@@ -858,6 +859,14 @@ TrainOutcome Trainer::run() {
   const bool higher_is_better = c.train.best_metric != BestMetric::val_loss;
   std::int64_t run_this_time = 0;
   try {
+  // Before the first epoch of a new run; a resumed run has its pretrained weights.
+  if (c.pretrain.epochs > 0 && !s.resume && s.epochs_done == 0 && !s.partial.active) {
+    BT_CHECK(!world().distributed(), "{}: pretrain runs in one process; train without mpirun, or set pretrain.epochs: 0",
+             c.source);
+    const auto history = pretrain_by_rotation(c, s.dataset.train, s.model->encoder(), s.backend, s.seed(kPretext),
+                                              [&] { return s.stop_requested(); });
+    write_file_atomically((s.run_dir / "pretext.csv").string(), pretext_csv(history));
+  }
   while (s.epochs_done < c.train.epochs) {
     if (epoch_limit_ >= 0 && run_this_time >= epoch_limit_) break;
     // A stop that came while the last checkpoint was written: it is this state.

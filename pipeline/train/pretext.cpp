@@ -1,0 +1,171 @@
+#include "pipeline/train/pretext.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "kernels/core/error.hpp"
+#include "net/aggregator.hpp"
+#include "net/linear.hpp"
+#include "net/optimizer.hpp"
+#include "pipeline/common/random.hpp"
+#include "pipeline/data/image_tiling.hpp"
+#include "pipeline/data/preprocess.hpp"
+#include "pipeline/data/tile_stream.hpp"
+#include "pipeline/engine/mixed_instances.hpp"
+
+namespace bigtrain {
+namespace {
+
+constexpr int kTurns = 4;
+enum PretextStream : std::uint64_t { kOrder = 1, kSubsample = 2, kAugment = 3, kTurn = 4, kShuffle = 5, kHead = 6 };
+
+}  // namespace
+
+void rotate_tile_quarter_turns(float* tile, std::int64_t channels, std::int64_t size, int turns) {
+  turns = ((turns % kTurns) + kTurns) % kTurns;
+  if (turns == 0) return;
+  std::vector<float> source(static_cast<std::size_t>(size * size));
+  for (std::int64_t c = 0; c < channels; ++c) {
+    float* plane = tile + c * size * size;
+    std::copy(plane, plane + size * size, source.begin());
+    for (std::int64_t y = 0; y < size; ++y)
+      for (std::int64_t x = 0; x < size; ++x) {
+        // Output (y, x) reads the input point that `turns` counter-clockwise quarter
+        // turns carry onto it.
+        std::int64_t sy = y, sx = x;
+        for (int t = 0; t < turns; ++t) {
+          const std::int64_t ny = sx, nx = size - 1 - sy;
+          sy = ny;
+          sx = nx;
+        }
+        plane[y * size + x] = source[static_cast<std::size_t>(sy * size + sx)];
+      }
+  }
+}
+
+std::string pretext_csv(const std::vector<PretextEpoch>& epochs) {
+  std::string csv = "epoch,loss,tile_accuracy,tiles,seconds\n";
+  for (const PretextEpoch& e : epochs)
+    csv += fmt::format("{},{:.6f},{:.6f},{},{:.3f}\n", e.epoch, e.loss, e.tile_accuracy, e.tiles, e.seconds);
+  return csv;
+}
+
+std::vector<PretextEpoch> pretrain_by_rotation(const Config& config, const std::vector<Sample>& train,
+                                               net::Encoder& encoder, Backend backend, std::uint64_t seed,
+                                               const std::function<bool()>& stop_requested) {
+  const PretrainConfig& p = config.pretrain;
+  BT_CHECK(p.epochs > 0, "pretraining: pretrain.epochs must be positive");
+  BT_CHECK(!train.empty(), "pretraining: no training images");
+  const std::int64_t images_per_step = p.images_per_step > 0 ? p.images_per_step : config.train.images_per_step;
+  const double lr = p.lr > 0 ? p.lr : config.train.lr;
+
+  const Device device = backend_device(backend);
+  net::Linear head("pretext_head", encoder.feature_dim(), kTurns, mix_seed(seed, kHead));
+  head.to(device);
+  auto vote_only = net::make_aggregator(net::AggregatorSpec{net::AggregatorKind::instance}, encoder.feature_dim(),
+                                        mix_seed(seed, kHead, 1));
+  const ImageModel model{&encoder, vote_only.get(), &head};
+  MixedInstanceStep step(model, MixedInstanceOptions{.backend = backend,
+                                                     .freeze_bn = false,
+                                                     .encoder_compute_dtype = config.train.precision,
+                                                     .tile_batch = config.train.tile_batch});
+  net::OptimizerConfig optimizer_config;
+  optimizer_config.kind = config.train.optimizer;
+  optimizer_config.lr = lr;
+  optimizer_config.weight_decay = config.train.weight_decay;
+  optimizer_config.momentum = config.train.momentum;
+  optimizer_config.decay_norm_and_bias = false;
+  auto optimizer = net::make_optimizer(optimizer_config, model.parameters(), backend);
+  const auto images = static_cast<std::int64_t>(train.size());
+  const std::int64_t steps_per_epoch = (images + images_per_step - 1) / images_per_step;
+  net::LrScheduleConfig schedule;
+  schedule.kind = net::LrScheduleKind::cosine;
+  schedule.warmup_steps = config.train.warmup_steps;
+  schedule.t_max = std::max<std::int64_t>(1, steps_per_epoch * p.epochs - config.train.warmup_steps);
+  optimizer->set_schedule(net::LrSchedule(schedule));
+
+  const int channels = static_cast<int>(encoder.spec().in_channels);
+  std::vector<PretextEpoch> history;
+  spdlog::info("pretraining the encoder by rotation prediction: {} epochs over the tiles of {} training images, "
+               "{} images a step, lr {}",
+               p.epochs, images, images_per_step, lr);
+  for (std::int64_t epoch = 1; epoch <= p.epochs; ++epoch) {
+    const auto e = static_cast<std::uint64_t>(epoch);
+    const auto started = std::chrono::steady_clock::now();
+    std::vector<std::size_t> order(train.size());
+    std::iota(order.begin(), order.end(), std::size_t{0});
+    SplitMix64 order_rng(mix_seed(seed, kOrder, e));
+    seeded_shuffle(order, order_rng);
+    std::vector<StreamJob> schedule_jobs;
+    for (std::size_t image : order) schedule_jobs.push_back({image, 1});
+    TileStream stream({config.train.tile_batch, config.device.tiles_in_flight, static_cast<int>(config.device.threads)},
+                      Preprocessing::from_config(config, channels, true));
+    PretextEpoch row;
+    row.epoch = epoch;
+    double loss_sum = 0.0;
+    std::int64_t correct = 0, images_in_step = 0, step_index = 0;
+    auto take_step = [&] {
+      const std::vector<MixedImageResult> results =
+          step.train(1.0f / static_cast<float>(images_in_step), mix_seed(seed, kShuffle, e, step_index));
+      for (const MixedImageResult& r : results) {
+        if (!std::isfinite(r.tile_loss))
+          throw Error(fmt::format("{}: the rotation pretext loss is {} at pretraining epoch {}; lower pretrain.lr",
+                                  train[r.image].path, r.tile_loss, epoch));
+        loss_sum += r.tile_loss * static_cast<double>(r.vote.outcome.tiles);
+        correct += r.tiles_correct;
+      }
+      optimizer->step();
+      optimizer->zero_grad();
+      images_in_step = 0;
+      ++step_index;
+      if (stop_requested())
+        throw Error(fmt::format("interrupted during pretraining (epoch {} of {}); nothing of it was kept, and no "
+                                "checkpoint exists yet: start the run again",
+                                epoch, p.epochs));
+    };
+    optimizer->zero_grad();
+    stream.run(
+        schedule_jobs,
+        [&](std::size_t image) {
+          return image_tiling(train[image].path, config.tiler, true, mix_seed(seed, kSubsample, e, image),
+                              mix_seed(seed, kAugment, e, image), config.data.max_value);
+        },
+        [&](const TileBatch& batch) {
+          const Tensor& pixels = batch.pixels;
+          BT_CHECK(pixels.dim(2) == pixels.dim(3), "{}: rotation pretraining needs square tiles, got {}x{}",
+                   train[batch.image].path, pixels.dim(2), pixels.dim(3));
+          Tensor turned = pixels.clone();
+          const std::int64_t rows = turned.dim(0), plane = turned.dim(1) * turned.dim(2) * turned.dim(3);
+          std::vector<int> turns(static_cast<std::size_t>(rows));
+          SplitMix64 turn_rng(mix_seed(seed, kTurn, e, batch.image * 1'000'003ull + static_cast<std::uint64_t>(batch.first_tile)));
+          for (std::int64_t r = 0; r < rows; ++r) {
+            turns[static_cast<std::size_t>(r)] = static_cast<int>(turn_rng.below(kTurns));
+            rotate_tile_quarter_turns(turned.data<float>() + r * plane, turned.dim(1), turned.dim(2),
+                                      turns[static_cast<std::size_t>(r)]);
+          }
+          step.add_labelled(batch.image, 0, static_cast<std::int64_t>(batch.plan->tiles.size()), batch.plan, turned,
+                            batch.first_tile, turns);
+          row.tiles += rows;
+          if (!batch.last_of_job) return;
+          ++images_in_step;
+          if (images_in_step == images_per_step) take_step();
+        });
+    if (images_in_step > 0) take_step();
+    row.loss = loss_sum / static_cast<double>(std::max<std::int64_t>(row.tiles, 1));
+    row.tile_accuracy = static_cast<double>(correct) / static_cast<double>(std::max<std::int64_t>(row.tiles, 1));
+    row.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    history.push_back(row);
+    spdlog::info("pretraining epoch {}/{}: rotation loss {:.4f} (chance ln 4 = 1.386), tile accuracy {:.3f} (chance "
+                 "0.25), {} tiles, {:.1f} s, {:.1f} tiles/s",
+                 epoch, p.epochs, row.loss, row.tile_accuracy, row.tiles, row.seconds,
+                 static_cast<double>(row.tiles) / std::max(row.seconds, 1e-9));
+  }
+  return history;
+}
+
+}  // namespace bigtrain
