@@ -269,9 +269,10 @@ Config parse_node(YAML::Node root, std::shared_ptr<ConfigOrigin> origin, const s
   if (config.tiler.mode == TilerMode::stream) check_streaming(config, top, train);
   // Only the instance loss is a sum over tiles that need nothing of each other.
   if (config.train.mix_tiles && (config.aggregator.kind != net::AggregatorKind::instance ||
-                                 config.aggregator.top_tiles > 0 || config.tiler.mode != TilerMode::tiles))
+                                 config.aggregator.top_tiles > 0 || config.tiler.mode == TilerMode::stream))
     train.fail("mix_tiles", "mixing several images' tiles in one batch needs aggregator.kind instance without "
-                            "top_tiles and tiler.mode tiles (the other aggregators pool one image's tiles)");
+                            "top_tiles, and tiles (tiler.mode tiles or resize; the other aggregators pool one "
+                            "image's tiles)");
   // bf16 on the CPU depends on the machine (AVX512_BF16): the trainer checks it, as
   // it checks fp16 with device: auto on a machine without a GPU.
   if (config.train.precision == DType::f16 && config.device.type == "cpu")

@@ -252,6 +252,11 @@ TEST(MixedInstances, ConfigNeedsTheInstanceAggregator) {
   const Config ok =
       parse_config("data: {train: a.csv}\naggregator: {kind: instance}\ntrain: {mix_tiles: true}\n", "mix.yaml");
   EXPECT_TRUE(ok.train.mix_tiles);
+  // The resize baseline is one tile an image: mixing makes it plain minibatch training.
+  EXPECT_TRUE(parse_config("data: {train: a.csv}\ntiler: {mode: resize}\naggregator: {kind: instance}\n"
+                           "train: {mix_tiles: true}\n",
+                           "mix.yaml")
+                  .train.mix_tiles);
 }
 
 }  // namespace
