@@ -12,6 +12,17 @@ double InstanceVote::tile_probability(std::int64_t tile, std::int64_t label) con
   return std::exp(tile_log_probabilities[static_cast<std::size_t>(tile * classes + label)]);
 }
 
+Tensor InstanceVote::predicted_class_shares() const {
+  const auto& p = outcome.probabilities;
+  const auto predicted = static_cast<std::int64_t>(std::max_element(p.begin(), p.end()) - p.begin());
+  const std::int64_t n = outcome.tiles;
+  Tensor shares = Tensor::empty({n}, DType::f32);
+  double total = 0.0;
+  for (std::int64_t i = 0; i < n; ++i) total += tile_probability(i, predicted);
+  for (std::int64_t i = 0; i < n; ++i) shares.data<float>()[i] = static_cast<float>(tile_probability(i, predicted) / total);
+  return shares;
+}
+
 InstanceVote instance_vote(const Tensor& tile_logits, int label, float label_smoothing) {
   BT_CHECK(tile_logits.device().is_cpu() && tile_logits.rank() == 2 && tile_logits.dim(0) > 0,
            "instance vote: needs host logits [tiles, classes]");

@@ -16,6 +16,9 @@ struct InstanceVote {
   std::int64_t classes = 0;
 
   double tile_probability(std::int64_t tile, std::int64_t label) const;
+  // Each tile's probability of the voted class, normalised to sum 1: where the vote
+  // came from, for heatmaps and diagnostics.
+  Tensor predicted_class_shares() const;
 };
 
 // tile_logits: host [tiles, classes].

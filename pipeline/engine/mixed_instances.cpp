@@ -154,14 +154,7 @@ std::vector<MixedImageResult> MixedInstanceStep::train(float loss_scale, std::ui
       if (std::max_element(row, row + classes) - row == tile_label) ++result.tiles_correct;
     }
     result.tile_loss /= static_cast<double>(images_[i].tiles);
-    const auto& p = result.vote.outcome.probabilities;
-    const auto predicted = static_cast<std::int64_t>(std::max_element(p.begin(), p.end()) - p.begin());
-    const std::int64_t n = images_[i].tiles;
-    result.tile_weights = Tensor::empty({n});
-    double total = 0.0;
-    for (std::int64_t t = 0; t < n; ++t) total += result.vote.tile_probability(t, predicted);
-    for (std::int64_t t = 0; t < n; ++t)
-      result.tile_weights.data<float>()[t] = static_cast<float>(result.vote.tile_probability(t, predicted) / total);
+    result.tile_weights = result.vote.predicted_class_shares();
     results.push_back(std::move(result));
   }
   images_.clear();

@@ -167,14 +167,7 @@ ImageOutcome TwoPassStep::vote() {
   label_probabilities_.resize(static_cast<std::size_t>(n));
   for (std::int64_t i = 0; i < n; ++i)
     label_probabilities_[static_cast<std::size_t>(i)] = static_cast<float>(vote.tile_probability(i, label_));
-  // Where the vote came from, for heatmaps and diagnostics.
-  const auto& p = vote.outcome.probabilities;
-  const auto predicted = static_cast<std::int64_t>(std::max_element(p.begin(), p.end()) - p.begin());
-  scores_ = Tensor::empty({n}, DType::f32);
-  double total = 0.0;
-  for (std::int64_t i = 0; i < n; ++i) total += vote.tile_probability(i, predicted);
-  for (std::int64_t i = 0; i < n; ++i)
-    scores_.data<float>()[i] = static_cast<float>(vote.tile_probability(i, predicted) / total);
+  scores_ = vote.predicted_class_shares();
   return vote.outcome;
 }
 

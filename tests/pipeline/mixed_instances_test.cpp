@@ -16,6 +16,7 @@
 #include "pipeline/engine/two_pass.hpp"
 #include "tests/support/error_of.hpp"
 #include "tests/support/op_check.hpp"
+#include "tests/support/relative_error.hpp"
 
 namespace bigtrain {
 namespace {
@@ -62,15 +63,7 @@ void add_images(MixedInstanceStep& step, const std::vector<StepImage>& images, s
   }
 }
 
-double relative_error(const Tensor& a, const Tensor& b) {
-  const auto x = a.to_vector(), y = b.to_vector();
-  double diff = 0.0, norm = 0.0;
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    diff += (static_cast<double>(x[i]) - y[i]) * (static_cast<double>(x[i]) - y[i]);
-    norm += static_cast<double>(y[i]) * y[i];
-  }
-  return norm == 0.0 ? std::sqrt(diff) : std::sqrt(diff / norm);
-}
+using testing::relative_error;
 
 void expect_same_gradients(const ImageModel& actual, const ImageModel& expected, double tolerance) {
   const auto a = actual.parameters(), e = expected.parameters();

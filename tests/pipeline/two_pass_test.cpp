@@ -19,6 +19,7 @@
 #include "net/model.hpp"
 #include "pipeline/engine/two_pass.hpp"
 #include "tests/support/op_check.hpp"
+#include "tests/support/relative_error.hpp"
 
 namespace bigtrain {
 namespace {
@@ -87,15 +88,7 @@ void one_graph_gradients(Network& network, const std::vector<Tensor>& batches, i
   }
 }
 
-double relative_error(const Tensor& a, const Tensor& b) {
-  const auto x = a.to_vector(), y = b.to_vector();
-  double diff = 0.0, norm = 0.0;
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    diff += (static_cast<double>(x[i]) - y[i]) * (static_cast<double>(x[i]) - y[i]);
-    norm += static_cast<double>(y[i]) * y[i];
-  }
-  return norm == 0.0 ? std::sqrt(diff) : std::sqrt(diff / norm);
-}
+using testing::relative_error;
 
 // The selected tiles' inputs, in selection order, from batches of `batch` tiles.
 Tensor gather_tiles(const std::vector<Tensor>& batches, const std::vector<std::int64_t>& selected, std::int64_t batch) {
