@@ -11,7 +11,7 @@ namespace bigtrain::kernels {
 namespace {
 
 constexpr std::array kAllOps{
-    Op::conv2d,         Op::linear,         Op::batch_norm,   Op::pool2d,         Op::global_avg_pool,
+    Op::conv2d,         Op::linear,         Op::batch_norm,   Op::group_norm,   Op::pool2d,         Op::global_avg_pool,
     Op::relu,           Op::add,            Op::axpy,         Op::scale,          Op::sum_of_squares,
     Op::all_finite,     Op::dropout,        Op::mean_rows,    Op::max_rows,       Op::tanh,
     Op::sigmoid,        Op::multiply,       Op::softmax,      Op::weighted_sum_rows, Op::cross_entropy,
@@ -40,6 +40,7 @@ const char* op_name(Op op) {
     case Op::conv2d: return "conv2d";
     case Op::linear: return "linear";
     case Op::batch_norm: return "batch_norm";
+    case Op::group_norm: return "group_norm";
     case Op::pool2d: return "pool2d";
     case Op::global_avg_pool: return "global_avg_pool";
     case Op::relu: return "relu";

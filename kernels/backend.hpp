@@ -17,6 +17,7 @@ enum class Op : std::uint8_t {
   conv2d,
   linear,
   batch_norm,
+  group_norm,
   pool2d,
   global_avg_pool,
   relu,

@@ -17,6 +17,7 @@
 #include "kernels/batch_norm.hpp"
 #include "kernels/conv2d.hpp"
 #include "kernels/cross_entropy.hpp"
+#include "kernels/group_norm.hpp"
 #include "kernels/linear.hpp"
 #include "kernels/optimizer_update.hpp"
 #include "kernels/pooling.hpp"
@@ -33,6 +34,7 @@ struct BackendTable {
   std::unique_ptr<Conv2d> (*make_conv2d)(const Conv2dSpec& spec);
   std::unique_ptr<Linear> (*make_linear)(const LinearSpec& spec);
   std::unique_ptr<BatchNorm2d> (*make_batch_norm)(const BatchNormSpec& spec);
+  std::unique_ptr<GroupNorm> (*make_group_norm)(const GroupNormSpec& spec);
   std::unique_ptr<Pool2d> (*make_pool2d)(const Pool2dSpec& spec);
   void (*global_avg_pool_forward)(const Tensor& x, Tensor& y);
   void (*global_avg_pool_backward)(const Tensor& dy, Tensor& dx);

@@ -4,7 +4,7 @@
 
 namespace bigtrain::net {
 
-BatchNorm2d::BatchNorm2d(std::string name, std::int64_t channels) : Layer(std::move(name)), channels_(channels) {
+BatchNorm2d::BatchNorm2d(std::string name, std::int64_t channels) : NormLayer(std::move(name)), channels_(channels) {
   weight_ = {child_name(*this, "weight"), Tensor::empty({channels}), {}};
   weight_.value.fill(1.0f);
   bias_ = {child_name(*this, "bias"), Tensor::zeros({channels}), {}};

@@ -5,12 +5,12 @@
 #include <vector>
 
 #include "kernels/batch_norm.hpp"
-#include "net/layer.hpp"
+#include "net/norm_layer.hpp"
 #include "net/op_cache.hpp"
 
 namespace bigtrain::net {
 
-class BatchNorm2d final : public Layer {
+class BatchNorm2d final : public NormLayer {
  public:
   static constexpr float kMomentum = 0.1f;
   static constexpr float kEpsilon = 1e-5f;
@@ -28,8 +28,8 @@ class BatchNorm2d final : public Layer {
   std::size_t saved_count() const override { return saved_.size(); }
 
   std::int64_t channels() const { return channels_; }
-  Parameter& weight() { return weight_; }
-  Parameter& bias() { return bias_; }
+  Parameter& weight() override { return weight_; }
+  Parameter& bias() override { return bias_; }
   Buffer& running_mean() { return running_mean_; }
   Buffer& running_var() { return running_var_; }
   Counter& num_batches_tracked() { return num_batches_tracked_; }

@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 
 #include "kernels/core/error.hpp"
-#include "net/batch_norm.hpp"
+#include "net/norm_layer.hpp"
 #include "net/global_avg_pool.hpp"
 #include "net/pool2d.hpp"
 #include "net/relu.hpp"
@@ -20,7 +20,7 @@ Encoder::Encoder(const EncoderSpec& spec, InitSeed seed) : Sequential(""), spec_
   stem_conv_ = &add(std::make_unique<Conv2d>(
       "conv1", Conv2dOptions::square(spec.in_channels, stem_channels, spec.stem.kernel, spec.stem.stride, spec.stem.padding),
       seed, ConvInit::kaiming_normal_fan_out));
-  add(std::make_unique<BatchNorm2d>("bn1", stem_channels));
+  add(make_norm(NormChoice::of(spec), "bn1", stem_channels));
   add(std::make_unique<ReLU>("relu", /*inplace=*/true));
   if (spec.stem.maxpool) add(std::make_unique<MaxPool2d>("maxpool", Pool2dOptions{3, 2, 1}));
   if (spec.family == EncoderFamily::small)
@@ -44,9 +44,9 @@ void Encoder::build_resnet(InitSeed seed) {
       const std::string name = fmt::format("layer{}.{}", stage + 1, index);
       ResidualBlock* block;
       if (spec_.block == BlockType::bottleneck)
-        block = &add(std::make_unique<Bottleneck>(name, in_channels, planes, stride, seed));
+        block = &add(std::make_unique<Bottleneck>(name, in_channels, planes, stride, seed, NormChoice::of(spec_)));
       else
-        block = &add(std::make_unique<BasicBlock>(name, in_channels, planes, stride, seed));
+        block = &add(std::make_unique<BasicBlock>(name, in_channels, planes, stride, seed, NormChoice::of(spec_)));
       in_channels = block->out_channels();
       blocks.push_back(block);
     }
@@ -65,7 +65,7 @@ void Encoder::build_small(InitSeed seed) {
     const std::string prefix = fmt::format("layer{}", stage + 1);
     add(std::make_unique<Conv2d>(prefix + ".conv", Conv2dOptions::square(in_channels, out_channels, 3, 2, 1), seed,
                                  ConvInit::kaiming_normal_fan_out));
-    add(std::make_unique<BatchNorm2d>(prefix + ".bn", out_channels));
+    add(make_norm(NormChoice::of(spec_), prefix + ".bn", out_channels));
     add(std::make_unique<ReLU>(prefix + ".relu", /*inplace=*/true));
     in_channels = out_channels;
   }

@@ -73,11 +73,14 @@ void reject_unknown_keys(const YAML::Node& map, std::string_view source, std::st
   }
 }
 
-const std::vector<std::string> kModelKeys = {"preset",      "in_channels",        "width",     "stem",
-                                             "num_classes", "zero_init_residual", "pretrained"};
+const std::vector<std::string> kModelKeys = {"preset",      "in_channels",        "width",      "stem",
+                                             "num_classes", "zero_init_residual", "pretrained", "norm",
+                                             "norm_groups"};
 const std::vector<std::string> kStemKeys = {"kernel", "stride", "padding", "maxpool"};
 
 }  // namespace
+
+const char* norm_kind_name(NormKind kind) { return kind == NormKind::group ? "group" : "batch"; }
 
 std::vector<std::string> model_spec_keys() {
   std::vector<std::string> keys;
@@ -164,6 +167,13 @@ ModelSpec model_spec_from_yaml(const YAML::Node& node, std::string_view source) 
   if (node["zero_init_residual"])
     encoder.zero_init_residual =
         read_scalar<bool>(node["zero_init_residual"], source, "zero_init_residual", "true or false");
+  if (node["norm"]) {
+    const auto norm = read_scalar<std::string>(node["norm"], source, "norm", "batch or group");
+    if (norm != "batch" && norm != "group")
+      throw Error(fmt::format("{}: model.norm must be batch or group, got '{}'", location(source, node["norm"]), norm));
+    encoder.norm = norm == "group" ? NormKind::group : NormKind::batch;
+  }
+  if (node["norm_groups"]) encoder.norm_groups = read_int(node["norm_groups"], source, "norm_groups", 1);
   if (node["num_classes"]) spec.num_classes = read_int(node["num_classes"], source, "num_classes", 1);
   if (node["pretrained"]) spec.pretrained = read_scalar<std::string>(node["pretrained"], source, "pretrained", "a path");
   return spec;
@@ -190,6 +200,8 @@ YAML::Node to_yaml(const ModelSpec& spec) {
   node["stem"]["maxpool"] = spec.encoder.stem.maxpool;
   node["num_classes"] = spec.num_classes;
   node["zero_init_residual"] = spec.encoder.zero_init_residual;
+  node["norm"] = norm_kind_name(spec.encoder.norm);
+  node["norm_groups"] = spec.encoder.norm_groups;
   if (!spec.pretrained.empty()) node["pretrained"] = spec.pretrained;
   return node;
 }

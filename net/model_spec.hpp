@@ -10,6 +10,8 @@
 //     stem: {kernel: 11, stride: 4, padding: 5, maxpool: true}   # padding defaults to kernel/2
 //     num_classes: 2
 //     zero_init_residual: false # last BatchNorm of each block starts at 0 (torchvision's option)
+//     norm: batch               # batch (BatchNorm2d) | group (GroupNorm, nothing shared between tiles)
+//     norm_groups: 32           # GroupNorm's groups: gcd(norm_groups, channels) per layer
 //     pretrained: weights.safetensors   # optional; loaded by the caller with Model::load_state_dict
 //
 // CIFAR ResNets use option-B shortcuts (1x1 convolution + BatchNorm where the shape
@@ -27,6 +29,10 @@ namespace bigtrain::net {
 
 enum class EncoderFamily { resnet, cifar_resnet, small };
 enum class BlockType { basic, bottleneck };
+// The normalisation after each convolution. GroupNorm keeps torchvision's names
+// (`bn1.weight`, ...), as torchvision's ResNet(norm_layer=...) does.
+enum class NormKind { batch, group };
+const char* norm_kind_name(NormKind kind);
 
 struct StemSpec {
   int kernel = 7, stride = 2, padding = 3;
@@ -45,6 +51,10 @@ struct EncoderSpec {
   double width = 1.0;
   StemSpec stem;
   bool zero_init_residual = false;
+  NormKind norm = NormKind::batch;
+  // Wu & He's default; a layer of C channels uses gcd(norm_groups, C) groups, so
+  // width-scaled networks (16 channels at width 0.25) keep whole groups.
+  int norm_groups = 32;
 
   // The preset's spec; throws bigtrain::Error listing the presets for an unknown name.
   static EncoderSpec preset_spec(std::string_view name);

@@ -10,12 +10,12 @@
 namespace bigtrain::net {
 
 void ResidualBlock::make_downsample(std::int64_t in_channels, std::int64_t out_channels, int stride,
-                                    InitSeed seed) {
+                                    InitSeed seed, const NormChoice& norm) {
   out_channels_ = out_channels;
   if (stride == 1 && in_channels == out_channels) return;
   downsample_conv_ = std::make_unique<Conv2d>(child_name(*this, "downsample.0"),
                                               Conv2dOptions::square(in_channels, out_channels, 1, stride), seed, ConvInit::kaiming_normal_fan_out);
-  downsample_bn_ = std::make_unique<BatchNorm2d>(child_name(*this, "downsample.1"), out_channels);
+  downsample_bn_ = make_norm(norm, child_name(*this, "downsample.1"), out_channels);
 }
 
 Tensor ResidualBlock::forward(const Tensor& x, const ForwardContext& ctx) {
@@ -105,14 +105,14 @@ std::size_t ResidualBlock::saved_count() const {
 // ---- BasicBlock ------------------------------------------------------------------
 
 BasicBlock::BasicBlock(std::string name, std::int64_t in_channels, std::int64_t planes, int stride,
-                       InitSeed seed)
+                       InitSeed seed, const NormChoice& norm)
     : ResidualBlock(std::move(name)) {
   conv1_ = std::make_unique<Conv2d>(child_name(*this, "conv1"), Conv2dOptions::square(in_channels, planes, 3, stride, 1),
                                     seed, ConvInit::kaiming_normal_fan_out);
-  bn1_ = std::make_unique<BatchNorm2d>(child_name(*this, "bn1"), planes);
+  bn1_ = make_norm(norm, child_name(*this, "bn1"), planes);
   conv2_ = std::make_unique<Conv2d>(child_name(*this, "conv2"), Conv2dOptions::square(planes, planes, 3, 1, 1), seed, ConvInit::kaiming_normal_fan_out);
-  bn2_ = std::make_unique<BatchNorm2d>(child_name(*this, "bn2"), planes);
-  make_downsample(in_channels, planes * kExpansion, stride, seed);
+  bn2_ = make_norm(norm, child_name(*this, "bn2"), planes);
+  make_downsample(in_channels, planes * kExpansion, stride, seed, norm);
 }
 
 // One statement per layer: each intermediate is released as soon as the next
@@ -158,17 +158,17 @@ std::size_t BasicBlock::main_saved_count() const {
 // ---- Bottleneck ------------------------------------------------------------------
 
 Bottleneck::Bottleneck(std::string name, std::int64_t in_channels, std::int64_t planes, int stride,
-                       InitSeed seed)
+                       InitSeed seed, const NormChoice& norm)
     : ResidualBlock(std::move(name)) {
   conv1_ = std::make_unique<Conv2d>(child_name(*this, "conv1"), Conv2dOptions::square(in_channels, planes, 1), seed, ConvInit::kaiming_normal_fan_out);
-  bn1_ = std::make_unique<BatchNorm2d>(child_name(*this, "bn1"), planes);
+  bn1_ = make_norm(norm, child_name(*this, "bn1"), planes);
   conv2_ = std::make_unique<Conv2d>(child_name(*this, "conv2"), Conv2dOptions::square(planes, planes, 3, stride, 1),
                                     seed, ConvInit::kaiming_normal_fan_out);
-  bn2_ = std::make_unique<BatchNorm2d>(child_name(*this, "bn2"), planes);
+  bn2_ = make_norm(norm, child_name(*this, "bn2"), planes);
   conv3_ = std::make_unique<Conv2d>(child_name(*this, "conv3"), Conv2dOptions::square(planes, planes * kExpansion, 1),
                                     seed, ConvInit::kaiming_normal_fan_out);
-  bn3_ = std::make_unique<BatchNorm2d>(child_name(*this, "bn3"), planes * kExpansion);
-  make_downsample(in_channels, planes * kExpansion, stride, seed);
+  bn3_ = make_norm(norm, child_name(*this, "bn3"), planes * kExpansion);
+  make_downsample(in_channels, planes * kExpansion, stride, seed, norm);
 }
 
 Tensor Bottleneck::main_forward(const Tensor& x, const ForwardContext& ctx) {

@@ -4,12 +4,12 @@
 //   Bottleneck:  conv1 1x1 bn1 relu conv2 3x3 (stride) bn2 relu conv3 1x1 bn3, + shortcut, relu
 //                (the stride on the 3x3 convolution: torchvision's "ResNet v1.5")
 // The shortcut is the identity, or downsample.0 (1x1 conv, stride) + downsample.1
-// (BatchNorm) when the stride or the channel count changes.
+// (BatchNorm, or the chosen normalisation) when the stride or the channel count changes.
 #include <cstdint>
 #include <memory>
 #include <vector>
 
-#include "net/batch_norm.hpp"
+#include "net/norm_layer.hpp"
 #include "net/conv2d.hpp"
 #include "net/layer.hpp"
 #include "net/relu.hpp"
@@ -31,13 +31,14 @@ class ResidualBlock : public Layer {
   std::size_t saved_count() const override;
 
   bool has_downsample() const { return downsample_conv_ != nullptr; }
-  // The BatchNorm closing the main branch (zero_init_residual sets its weight to 0).
-  virtual BatchNorm2d& last_bn() = 0;
+  // The normalisation closing the main branch (zero_init_residual sets its weight to 0).
+  virtual NormLayer& last_bn() = 0;
   std::int64_t out_channels() const { return out_channels_; }
 
  protected:
   // Called by subclasses' constructors after building the main branch.
-  void make_downsample(std::int64_t in_channels, std::int64_t out_channels, int stride, InitSeed seed);
+  void make_downsample(std::int64_t in_channels, std::int64_t out_channels, int stride, InitSeed seed,
+                       const NormChoice& norm);
   virtual Tensor main_forward(const Tensor& x, const ForwardContext& ctx) = 0;
   virtual Tensor main_backward(const Tensor& dy) = 0;
   // The main branch's layers in the order main_forward runs them, one after the other.
@@ -50,7 +51,7 @@ class ResidualBlock : public Layer {
 
  private:
   std::unique_ptr<Conv2d> downsample_conv_;
-  std::unique_ptr<BatchNorm2d> downsample_bn_;
+  std::unique_ptr<NormLayer> downsample_bn_;
   ReLU relu_out_{child_name(*this, "relu_out"), /*inplace=*/true};
   std::vector<Backend> saved_backends_;
 };
@@ -58,8 +59,9 @@ class ResidualBlock : public Layer {
 class BasicBlock final : public ResidualBlock {
  public:
   static constexpr int kExpansion = 1;
-  BasicBlock(std::string name, std::int64_t in_channels, std::int64_t planes, int stride, InitSeed seed);
-  BatchNorm2d& last_bn() override { return *bn2_; }
+  BasicBlock(std::string name, std::int64_t in_channels, std::int64_t planes, int stride, InitSeed seed,
+             const NormChoice& norm = {});
+  NormLayer& last_bn() override { return *bn2_; }
 
  private:
   Tensor main_forward(const Tensor& x, const ForwardContext& ctx) override;
@@ -70,15 +72,16 @@ class BasicBlock final : public ResidualBlock {
   std::size_t main_saved_count() const override;
 
   std::unique_ptr<Conv2d> conv1_, conv2_;
-  std::unique_ptr<BatchNorm2d> bn1_, bn2_;
+  std::unique_ptr<NormLayer> bn1_, bn2_;
   ReLU relu1_{child_name(*this, "relu1"), /*inplace=*/true};
 };
 
 class Bottleneck final : public ResidualBlock {
  public:
   static constexpr int kExpansion = 4;
-  Bottleneck(std::string name, std::int64_t in_channels, std::int64_t planes, int stride, InitSeed seed);
-  BatchNorm2d& last_bn() override { return *bn3_; }
+  Bottleneck(std::string name, std::int64_t in_channels, std::int64_t planes, int stride, InitSeed seed,
+             const NormChoice& norm = {});
+  NormLayer& last_bn() override { return *bn3_; }
 
  private:
   Tensor main_forward(const Tensor& x, const ForwardContext& ctx) override;
@@ -89,7 +92,7 @@ class Bottleneck final : public ResidualBlock {
   std::size_t main_saved_count() const override;
 
   std::unique_ptr<Conv2d> conv1_, conv2_, conv3_;
-  std::unique_ptr<BatchNorm2d> bn1_, bn2_, bn3_;
+  std::unique_ptr<NormLayer> bn1_, bn2_, bn3_;
   ReLU relu1_{child_name(*this, "relu1"), /*inplace=*/true}, relu2_{child_name(*this, "relu2"), /*inplace=*/true};
 };
 

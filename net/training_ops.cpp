@@ -8,8 +8,8 @@ using kernels::Op;
 
 std::vector<OpUse> training_ops(const ModelSpec& model, const AggregatorSpec& aggregator, OptimizerKind optimizer,
                                 DType compute_dtype) {
-  std::vector<Op> ops{Op::conv2d, Op::batch_norm, Op::relu};
   const EncoderSpec& encoder = model.encoder;
+  std::vector<Op> ops{Op::conv2d, encoder.norm == NormKind::group ? Op::group_norm : Op::batch_norm, Op::relu};
   if (encoder.stem.maxpool) ops.push_back(Op::pool2d);
   if (encoder.family != EncoderFamily::small) ops.push_back(Op::add);  // the residual blocks' sum
   ops.push_back(Op::global_avg_pool);

@@ -4,6 +4,7 @@
 
 #include "kernels/cpu/aggregation.hpp"
 #include "kernels/cpu/batch_norm.hpp"
+#include "kernels/cpu/group_norm.hpp"
 #include "kernels/cpu/conv2d.hpp"
 #include "kernels/cpu/cross_entropy.hpp"
 #include "kernels/cpu/elementwise.hpp"
@@ -42,6 +43,7 @@ const BackendTable& backend_table() {
       .make_conv2d = cpu::make_conv2d,
       .make_linear = cpu::make_linear,
       .make_batch_norm = cpu::make_batch_norm,
+      .make_group_norm = cpu::make_group_norm,
       .make_pool2d = cpu::make_pool2d,
       .global_avg_pool_forward = cpu::global_avg_pool_forward,
       .global_avg_pool_backward = cpu::global_avg_pool_backward,

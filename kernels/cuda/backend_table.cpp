@@ -4,6 +4,7 @@
 
 #include "kernels/cuda/aggregation.hpp"
 #include "kernels/cuda/batch_norm.hpp"
+#include "kernels/cuda/group_norm.hpp"
 #include "kernels/cuda/conv2d.hpp"
 #include "kernels/cuda/cross_entropy.hpp"
 #include "kernels/cuda/elementwise.hpp"
@@ -36,6 +37,7 @@ const BackendTable& backend_table() {
       .make_conv2d = cuda::make_conv2d,
       .make_linear = cuda::make_linear,
       .make_batch_norm = cuda::make_batch_norm,
+      .make_group_norm = cuda::make_group_norm,
       .make_pool2d = cuda::make_pool2d,
       .global_avg_pool_forward = cuda::global_avg_pool_forward,
       .global_avg_pool_backward = cuda::global_avg_pool_backward,

@@ -7,28 +7,10 @@
 namespace bigtrain::cuda::launch {
 namespace {
 
-// Two sums reduced by halving in shared memory: a fixed order, so the result
-// repeats exactly run to run.
-__device__ void block_sum2(double& a, double& b, double* shared_a, double* shared_b) {
-  shared_a[threadIdx.x] = a;
-  shared_b[threadIdx.x] = b;
-  __syncthreads();
-  for (unsigned stride = blockDim.x / 2; stride > 0; stride /= 2) {
-    if (threadIdx.x < stride) {
-      shared_a[threadIdx.x] += shared_a[threadIdx.x + stride];
-      shared_b[threadIdx.x] += shared_b[threadIdx.x + stride];
-    }
-    __syncthreads();
-  }
-  a = shared_a[0];
-  b = shared_b[0];
-}
-
 __global__ void batch_norm_backward_frozen_kernel(const float* x, const float* dy, const float* gamma,
                                                   const float* mean, const float* var, float epsilon,
                                                   std::int64_t batch, std::int64_t channels, std::int64_t plane,
                                                   float* dx, float* dgamma, float* dbeta) {
-  __shared__ double shared_a[kThreads], shared_b[kThreads];
   const std::int64_t c = blockIdx.x;
   const double channel_mean = mean[c];
   const double invstd = 1.0 / sqrt(static_cast<double>(var[c]) + static_cast<double>(epsilon));
@@ -43,7 +25,7 @@ __global__ void batch_norm_backward_frozen_kernel(const float* x, const float* d
     sum_dy_xhat += g * (static_cast<double>(x[index]) - channel_mean) * invstd;
     dx[index] = static_cast<float>(scale * g);
   }
-  block_sum2(sum_dy, sum_dy_xhat, shared_a, shared_b);
+  block_sum2(sum_dy, sum_dy_xhat);
   if (threadIdx.x == 0) {
     dgamma[c] = static_cast<float>(sum_dy_xhat);
     dbeta[c] = static_cast<float>(sum_dy);

@@ -14,6 +14,25 @@ inline constexpr int kThreads = 256;
 // 256); larger tensors are covered by grid-stride loops.
 inline constexpr std::int64_t kMaxBlocks = 8192;
 
+// Two sums over a block of kThreads threads, reduced by halving in shared memory: a
+// fixed order, so the result repeats exactly run to run. Every thread gets both.
+__device__ inline void block_sum2(double& a, double& b) {
+  __shared__ double shared_a[kThreads], shared_b[kThreads];
+  shared_a[threadIdx.x] = a;
+  shared_b[threadIdx.x] = b;
+  __syncthreads();
+  for (unsigned stride = blockDim.x / 2; stride > 0; stride /= 2) {
+    if (threadIdx.x < stride) {
+      shared_a[threadIdx.x] += shared_a[threadIdx.x + stride];
+      shared_b[threadIdx.x] += shared_b[threadIdx.x + stride];
+    }
+    __syncthreads();
+  }
+  a = shared_a[0];
+  b = shared_b[0];
+  __syncthreads();  // the shared arrays may be reused by the next call
+}
+
 inline unsigned blocks_for(std::int64_t n) {
   const std::int64_t blocks = (n + kThreads - 1) / kThreads;
   return static_cast<unsigned>(blocks < kMaxBlocks ? (blocks > 0 ? blocks : 1) : kMaxBlocks);

@@ -4,6 +4,7 @@
 
 #include "kernels/reference/aggregation.hpp"
 #include "kernels/reference/batch_norm.hpp"
+#include "kernels/reference/group_norm.hpp"
 #include "kernels/reference/conv2d.hpp"
 #include "kernels/reference/cross_entropy.hpp"
 #include "kernels/reference/elementwise.hpp"
@@ -37,6 +38,7 @@ const BackendTable& backend_table() {
       .make_conv2d = reference::make_conv2d,
       .make_linear = reference::make_linear,
       .make_batch_norm = reference::make_batch_norm,
+      .make_group_norm = reference::make_group_norm,
       .make_pool2d = reference::make_pool2d,
       .global_avg_pool_forward = reference::global_avg_pool_forward,
       .global_avg_pool_backward = reference::global_avg_pool_backward,

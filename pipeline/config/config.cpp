@@ -222,9 +222,19 @@ void emit_tiler(YAML::Emitter& out, const TilerConfig& t) {
   out << YAML::EndMap;
 }
 
+// model.norm as written (the model spec is parsed later, by net/model_spec.cpp,
+// which rejects a bad value with its line).
+bool uses_group_norm(const Config& config) {
+  const YAML::Node norm = config.model.IsMap() ? config.model["norm"] : YAML::Node();
+  return norm.IsScalar() && norm.Scalar() == "group";
+}
+
 // tiler.mode stream runs the whole-image network tile by tile (net/streaming.hpp):
 // only what is local to a pixel's receptive field can be, and one image is the batch.
 void check_streaming(const Config& config, ConfigSection& top, ConfigSection& train) {
+  if (uses_group_norm(config))
+    top.fail("model", "norm: group cannot stream (GroupNorm normalises by the mean and variance of the whole "
+                      "feature map, which a streaming tile does not see); use norm: batch with freeze_bn: true");
   if (!config.train.freeze_bn)
     train.fail("freeze_bn", "tiler.mode stream needs freeze_bn: true (BatchNorm with batch statistics normalises "
                             "each streaming tile by its own statistics, not the image's, so the streamed network "
@@ -262,10 +272,11 @@ Config parse_node(YAML::Node root, std::shared_ptr<ConfigOrigin> origin, const s
   config.train = read_train(train);
   config.device = read_device(top.section("device"));
   // Pass 2 runs the encoder on the selected tiles only, in smaller batches: batch
-  // statistics would then differ from pass 1's.
-  if (config.aggregator.top_tiles > 0 && !config.train.freeze_bn)
-    train.fail("freeze_bn", "aggregator.top_tiles needs freeze_bn: true (pass 2 computes the selected tiles in "
-                            "sub-batches, whose BatchNorm batch statistics would differ from pass 1's)");
+  // statistics would then differ from pass 1's (GroupNorm shares nothing between tiles).
+  if (config.aggregator.top_tiles > 0 && !config.train.freeze_bn && !uses_group_norm(config))
+    train.fail("freeze_bn", "aggregator.top_tiles needs freeze_bn: true or model.norm: group (pass 2 computes the "
+                            "selected tiles in sub-batches, whose BatchNorm batch statistics would differ from "
+                            "pass 1's)");
   if (config.tiler.mode == TilerMode::stream) check_streaming(config, top, train);
   // Only the instance loss is a sum over tiles that need nothing of each other.
   if (config.train.mix_tiles && (config.aggregator.kind != net::AggregatorKind::instance ||

@@ -710,10 +710,14 @@ Trainer::Trainer(Config config, bool resume, std::optional<Backend> backend) : s
   // Not a warning: the demo learns only frozen (its per-image batches normalise the
   // evidence away), while a deeper fresh encoder frozen never leaves chance; which one
   // a data set needs is measured, not known (docs/learning.md).
-  if (!resume && c.train.freeze_bn && spec.pretrained.empty())
+  const bool group_norm = spec.encoder.norm == net::NormKind::group;
+  if (group_norm && (c.train.freeze_bn || c.train.bn_calibration_images > 0))
+    spdlog::warn("train.freeze_bn and train.bn_calibration_images do nothing with model.norm: group (GroupNorm "
+                 "has no running statistics)");
+  if (!resume && c.train.freeze_bn && spec.pretrained.empty() && !group_norm)
     spdlog::info("train.freeze_bn with a randomly initialised encoder: BatchNorm keeps the statistics of the "
                  "initial weights; if the loss stays at ln(classes), try batch statistics (docs/learning.md)");
-  if (!resume && c.train.bn_calibration_images > 0) {
+  if (!resume && c.train.bn_calibration_images > 0 && !group_norm) {
     if (!c.train.freeze_bn)
       spdlog::warn("train.bn_calibration_images without train.freeze_bn: training BatchNorm replaces the "
                    "calibrated statistics with its own running averages");

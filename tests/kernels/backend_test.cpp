@@ -20,6 +20,7 @@
 #include "kernels/conv2d.hpp"
 #include "kernels/cross_entropy.hpp"
 #include "kernels/elementwise.hpp"
+#include "kernels/group_norm.hpp"
 #include "kernels/linear.hpp"
 #include "kernels/optimizer_update.hpp"
 #include "kernels/pooling.hpp"
@@ -116,6 +117,15 @@ std::vector<OpCase> op_cases() {
                      Tensor mean = a.empty({3}, DType::f32), invstd = a.empty({3}, DType::f32);
                      bn->forward_training(a.floating(spec.input_shape()), a.f32({3}), a.f32({3}), y, mean, invstd,
                                           nullptr, nullptr, 0.1f);
+                     return to_doubles(y);
+                   },
+                   true});
+  cases.push_back({Op::group_norm, [](Backend b, Args& a) {
+                     GroupNormSpec spec{.batch = 2, .channels = 4, .height = 3, .width = 3, .groups = 2};
+                     auto gn = make_group_norm(b, spec);
+                     Tensor y = a.empty(spec.input_shape(), DType::f32);
+                     Tensor mean = a.empty({2, 2}, DType::f32), invstd = a.empty({2, 2}, DType::f32);
+                     gn->forward(a.floating(spec.input_shape()), a.f32({4}), a.f32({4}), y, mean, invstd);
                      return to_doubles(y);
                    },
                    true});

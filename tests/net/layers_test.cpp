@@ -17,6 +17,7 @@
 #include "net/dropout.hpp"
 #include "net/flatten.hpp"
 #include "net/global_avg_pool.hpp"
+#include "net/group_norm.hpp"
 #include "net/linear.hpp"
 #include "net/pool2d.hpp"
 #include "net/relu.hpp"
@@ -64,6 +65,8 @@ const std::vector<LayerCase>& layer_cases() {
       {"batch_norm_training", maker<BatchNorm2d>("bn", std::int64_t{4}), {3, 4, 5, 3}},
       {"batch_norm_frozen", maker<BatchNorm2d>("bn", std::int64_t{4}), {3, 4, 5, 3}, true, true},
       {"batch_norm_eval", maker<BatchNorm2d>("bn", std::int64_t{4}), {2, 4, 3, 3}, false},
+      {"group_norm_training", maker<GroupNorm>("bn", std::int64_t{4}, std::int64_t{8}), {3, 8, 5, 3}},
+      {"group_norm_eval_one_group", maker<GroupNorm>("bn", std::int64_t{1}, std::int64_t{4}), {2, 4, 3, 3}, false},
       {"relu", maker<ReLU>("", false), {2, 3, 4, 5}, true, false, true},
       {"max_pool3_stride2_pad1", maker<MaxPool2d>("", Pool2dOptions{3, 2, 1}), {2, 3, 7, 8}, true, false, true},
       {"avg_pool2_stride2", maker<AvgPool2d>("", Pool2dOptions{2, 2, 0}), {2, 3, 6, 5}},
@@ -79,6 +82,9 @@ const std::vector<LayerCase>& layer_cases() {
        {2, 4, 7, 6}, true, false, true, 1e-3},
       {"bottleneck_downsample", maker<Bottleneck>("layer2.0", std::int64_t{8}, std::int64_t{2}, 2, std::uint64_t{5}),
        {2, 8, 5, 6}, true, false, true, 1e-3},
+      {"basic_block_downsample_group_norm",
+       maker<BasicBlock>("layer2.0", std::int64_t{4}, std::int64_t{6}, 2, std::uint64_t{5}, NormChoice{NormKind::group, 3}),
+       {2, 4, 7, 6}, true, false, true, 1e-3},
       {"bottleneck_frozen_bn", maker<Bottleneck>("layer1.0", std::int64_t{8}, std::int64_t{2}, 1, std::uint64_t{5}),
        {2, 8, 4, 4}, true, true, true, 1e-3},
   };

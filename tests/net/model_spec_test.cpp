@@ -51,6 +51,15 @@ TEST(ModelSpec, PresetDefaults) {
     EXPECT_EQ(EncoderSpec::preset_spec(name).preset, name);
 }
 
+TEST(ModelSpec, GroupNormIsChosenAndRoundTrips) {
+  const ModelSpec batch = model_spec_from_yaml_string("preset: resnet18\n", "run.yaml");
+  EXPECT_EQ(batch.encoder.norm, NormKind::batch);
+  const ModelSpec group = model_spec_from_yaml_string("preset: resnet18\nnorm: group\nnorm_groups: 8\n", "run.yaml");
+  EXPECT_EQ(group.encoder.norm, NormKind::group);
+  EXPECT_EQ(group.encoder.norm_groups, 8);
+  EXPECT_EQ(model_spec_from_yaml_string(to_yaml_string(group), "resolved"), group);
+}
+
 TEST(ModelSpec, ResolvedSpecRoundTrips) {
   const ModelSpec spec = model_spec_from_yaml_string(
       "preset: resnet34\nin_channels: 1\nwidth: 0.75\nstem: {kernel: 5, stride: 3, padding: 1, maxpool: false}\n"
@@ -101,6 +110,8 @@ TEST(ModelSpec, BadValuesNameLineAndChoices) {
   EXPECT_NE(error_of("width: -1\n").find("model.width"), std::string::npos);
   EXPECT_NE(error_of("stem: {stride: 0}\n").find("stem.stride"), std::string::npos);
   EXPECT_NE(error_of("stem: {maxpool: maybe}\n").find("true or false"), std::string::npos);
+  EXPECT_NE(error_of("norm: layer\n").find("model.norm must be batch or group, got 'layer'"), std::string::npos);
+  EXPECT_NE(error_of("norm: group\nnorm_groups: 0\n").find("norm_groups"), std::string::npos);
   EXPECT_NE(error_of("stem: 7\n").find("mapping"), std::string::npos);
   EXPECT_NE(error_of("- resnet18\n").find("mapping"), std::string::npos);
   EXPECT_NE(error_of("preset: [resnet18\n").find("invalid YAML"), std::string::npos);

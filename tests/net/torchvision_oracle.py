@@ -2,6 +2,7 @@
 """Golden data from torchvision for tests/net/torchvision_test.cpp.
 
   export OUT SEED CASE...      CASE = ARCH,IN_CHANNELS,NUM_CLASSES,BATCH,SIZE
+      ARCH may end in +gn: torchvision's norm_layer=GroupNorm(gcd(32, C), C).
       For each case builds torchvision's ARCH (conv1 replaced by a 1-channel
       convolution when IN_CHANNELS is 1), gives every BatchNorm random affine
       parameters and running statistics (so loading them wrongly shows), and writes
@@ -21,6 +22,7 @@ The safetensors files are written and read with struct and json, so the
 `safetensors` package is not needed.
 """
 import json
+import math
 import struct
 import sys
 
@@ -66,13 +68,21 @@ def load(path):
 
 
 def build(arch, in_channels, num_classes):
-    model = getattr(torchvision.models, arch)(num_classes=num_classes)
+    kwargs = {}
+    if arch.endswith("+gn"):
+        arch = arch[:-len("+gn")]
+        kwargs["norm_layer"] = lambda channels: torch.nn.GroupNorm(math.gcd(32, channels), channels)
+    model = getattr(torchvision.models, arch)(num_classes=num_classes, **kwargs)
     if in_channels != 3:
         old = model.conv1
         model.conv1 = torch.nn.Conv2d(in_channels, old.out_channels, old.kernel_size, old.stride, old.padding,
                                       bias=False)
         torch.nn.init.kaiming_normal_(model.conv1.weight, mode="fan_out", nonlinearity="relu")
     return model.eval()
+
+
+def tag_of(arch, in_channels):
+    return f"{arch.replace('+', '_')}_{in_channels}ch"
 
 
 def parse(case):
@@ -82,7 +92,7 @@ def parse(case):
 
 def export(out, seed, case):
     arch, in_channels, num_classes, (batch, size) = parse(case)
-    tag = f"{arch}_{in_channels}ch"
+    tag = tag_of(arch, in_channels)
     torch.manual_seed(seed)
     model = build(arch, in_channels, num_classes)
     with torch.no_grad():
@@ -93,6 +103,9 @@ def export(out, seed, case):
                 m.running_mean.normal_(0.0, 0.1)
                 m.running_var.uniform_(0.5, 1.5)
                 m.num_batches_tracked.fill_(17)
+            if isinstance(m, torch.nn.GroupNorm):
+                m.weight.uniform_(0.5, 1.5)
+                m.bias.normal_(0.0, 0.1)
         x = torch.randn(batch, in_channels, size, size)
         io = {"input": x, "logits": model(x)}
         if in_channels == 3:
@@ -105,7 +118,7 @@ def export(out, seed, case):
 
 def import_(out, case):
     arch, in_channels, num_classes, _ = parse(case)
-    tag = f"{arch}_{in_channels}ch"
+    tag = tag_of(arch, in_channels)
     model = build(arch, in_channels, num_classes)
     model.load_state_dict(load(f"{out}/{tag}_ours.safetensors"), strict=True)
     x = load(f"{out}/{tag}_io.safetensors")["input"]
