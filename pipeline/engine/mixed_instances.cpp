@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <numeric>
 #include <utility>
 
 #include "kernels/core/error.hpp"
@@ -73,20 +74,49 @@ bool MixedInstanceStep::complete() const {
   return std::all_of(images_.begin(), images_.end(), [](const PendingImage& p) { return p.received == p.tiles; });
 }
 
+std::vector<std::vector<std::pair<std::size_t, std::int64_t>>> distinct_image_batches(
+    const std::vector<std::int64_t>& tiles_per_image, std::int64_t tile_batch, std::uint64_t seed) {
+  SplitMix64 rng(seed);
+  // Each image's tiles in a seeded order, and the images in a seeded order for ties.
+  std::vector<std::vector<std::int64_t>> remaining(tiles_per_image.size());
+  for (std::size_t i = 0; i < tiles_per_image.size(); ++i) {
+    remaining[i].resize(static_cast<std::size_t>(tiles_per_image[i]));
+    std::iota(remaining[i].begin(), remaining[i].end(), std::int64_t{0});
+    seeded_shuffle(remaining[i], rng);
+  }
+  std::vector<std::size_t> images(tiles_per_image.size());
+  std::iota(images.begin(), images.end(), std::size_t{0});
+  seeded_shuffle(images, rng);
+  std::vector<std::vector<std::pair<std::size_t, std::int64_t>>> batches;
+  for (;;) {
+    // The images with the most tiles left go first, so the batches stay full as long
+    // as enough images have tiles (a short tail of small batches at most).
+    std::stable_sort(images.begin(), images.end(),
+                     [&](std::size_t a, std::size_t b) { return remaining[a].size() > remaining[b].size(); });
+    std::vector<std::pair<std::size_t, std::int64_t>> batch;
+    for (std::size_t i : images) {
+      if (static_cast<std::int64_t>(batch.size()) == tile_batch || remaining[i].empty()) break;
+      batch.emplace_back(i, remaining[i].back());
+      remaining[i].pop_back();
+    }
+    if (batch.empty()) break;
+    batches.push_back(std::move(batch));
+  }
+  return batches;
+}
+
 std::vector<MixedImageResult> MixedInstanceStep::train(float loss_scale, std::uint64_t shuffle_seed) {
   BT_CHECK(complete(), "mixed tile batches: the step trains before every image's tiles arrived");
-  std::vector<std::pair<std::size_t, std::int64_t>> order;  // (pending image, tile)
-  for (std::size_t i = 0; i < images_.size(); ++i)
-    for (std::int64_t t = 0; t < images_[i].tiles; ++t) order.emplace_back(i, t);
-  BT_CHECK(!order.empty(), "mixed tile batches: no tiles to train");
+  BT_CHECK(!images_.empty(), "mixed tile batches: no tiles to train");
   // Tiles of different sizes (tiler.mode resize next to tiles) cannot share a batch.
   for (const PendingImage& p : images_)
     BT_CHECK(p.pixels.shape() == Shape({p.tiles, images_.front().pixels.dim(1), images_.front().pixels.dim(2),
                                         images_.front().pixels.dim(3)}),
              "mixed tile batches: image {} has tiles {}, image {} {}", p.image, p.pixels.describe(),
              images_.front().image, images_.front().pixels.describe());
-  SplitMix64 rng(shuffle_seed);
-  seeded_shuffle(order, rng);
+  std::vector<std::int64_t> tiles_per_image;
+  for (const PendingImage& p : images_) tiles_per_image.push_back(p.tiles);
+  const auto batches = distinct_image_batches(tiles_per_image, options_.tile_batch, shuffle_seed);
 
   const Device device = backend_device(options_.backend);
   const std::int64_t classes = model_.head->out_features();
@@ -107,13 +137,13 @@ std::vector<MixedImageResult> MixedInstanceStep::train(float loss_scale, std::ui
   head_ctx.training = true;
   head_ctx.keep_activations = true;
 
-  for (std::size_t first = 0; first < order.size(); first += static_cast<std::size_t>(options_.tile_batch)) {
-    const std::size_t count = std::min(order.size() - first, static_cast<std::size_t>(options_.tile_batch));
+  for (const auto& batch : batches) {
+    const std::size_t count = batch.size();
     const auto rows = static_cast<std::int64_t>(count);
     Tensor x = Tensor::empty({rows, tile_shape[1], tile_shape[2], tile_shape[3]});
     Tensor targets = Tensor::empty({rows}, DType::i32);
     for (std::size_t r = 0; r < count; ++r) {
-      const auto [i, t] = order[first + r];
+      const auto [i, t] = batch[r];
       std::memcpy(x.data<float>() + r * tile_floats, images_[i].pixels.data<float>() + t * tile_floats,
                   tile_floats * sizeof(float));
       targets.data<std::int32_t>()[r] = images_[i].tile_labels[static_cast<std::size_t>(t)];
@@ -129,7 +159,7 @@ std::vector<MixedImageResult> MixedInstanceStep::train(float loss_scale, std::ui
     Tensor host_logits = batch_logits.to(Device::cpu());
     Tensor host_dlogits = dlogits.to(Device::cpu());
     for (std::size_t r = 0; r < count; ++r) {
-      const auto [i, t] = order[first + r];
+      const auto [i, t] = batch[r];
       std::memcpy(logits[i].data<float>() + t * classes, host_logits.data<float>() + r * classes,
                   static_cast<std::size_t>(classes) * sizeof(float));
       const float weight = loss_scale * static_cast<float>(rows) / static_cast<float>(images_[i].tiles);

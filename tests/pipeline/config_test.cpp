@@ -129,6 +129,23 @@ TEST(Config, BadTypesAndRangesAreErrors) {
             std::string::npos);
 }
 
+// GroupNorm shares nothing between tiles: IPS's pass-2 sub-batches compute what
+// pass 1 did without freezing anything, while streaming cannot normalise a tile by
+// the whole map's group statistics.
+TEST(Config, GroupNormLiftsTheFrozenBatchNormRuleAndCannotStream) {
+  const char* ips = "data: {train: a.csv}\naggregator: {kind: attention, top_tiles: 4}\n";
+  EXPECT_NE(error_of([&] { parse_config(ips, "t.yaml"); }).find("freeze_bn: true or model.norm: group"),
+            std::string::npos);
+  EXPECT_EQ(parse_config(std::string(ips) + "model: {preset: small, norm: group}\n", "t.yaml").aggregator.top_tiles, 4);
+  const std::string stream =
+      error_of([] {
+        parse_config("data: {train: a.csv}\ntiler: {mode: stream}\naggregator: {kind: mean}\n"
+                     "train: {freeze_bn: true}\nmodel: {preset: small, norm: group}\n",
+                     "t.yaml");
+      });
+  EXPECT_NE(stream.find("norm: group cannot stream"), std::string::npos) << stream;
+}
+
 TEST(Config, MissingTrainDataIsAnError) {
   const std::string message = error_of([] { parse_config("train: {epochs: 2}\n", "empty.yaml"); });
   EXPECT_NE(message.find("data.train"), std::string::npos) << message;
