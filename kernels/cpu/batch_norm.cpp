@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/cpu/moment_sums.hpp"
+
 namespace bigtrain::kernels::cpu {
 
 // Why loops and not dnnl::batch_normalization: on NCHW tensors oneDNN 2.6 runs its
@@ -18,11 +20,6 @@ namespace bigtrain::kernels::cpu {
 
 namespace {
 
-// Partial sums run in float over short chunks (vectorised), and chunks add up in
-// double, so the rounding error stays that of a 1024-term float sum however large
-// the tile.
-constexpr std::int64_t kChunk = 1024;
-
 struct Planes {
   const BatchNormSpec& spec;
   std::int64_t plane() const { return spec.height * spec.width; }
@@ -34,40 +31,16 @@ struct Planes {
 void shifted_moments(const Planes& planes, const float* x, std::int64_t c, float shift, double& sum,
                      double& squares) {
   sum = 0.0, squares = 0.0;
-  for (std::int64_t n = 0; n < planes.spec.batch; ++n) {
-    const float* p = x + planes.offset(n, c);
-    for (std::int64_t begin = 0; begin < planes.plane(); begin += kChunk) {
-      const std::int64_t end = std::min(planes.plane(), begin + kChunk);
-      float s = 0.0f, q = 0.0f;
-#pragma omp simd reduction(+ : s, q)
-      for (std::int64_t i = begin; i < end; ++i) {
-        const float d = p[i] - shift;
-        s += d;
-        q += d * d;
-      }
-      sum += s, squares += q;
-    }
-  }
+  for (std::int64_t n = 0; n < planes.spec.batch; ++n)
+    add_shifted_moments(x + planes.offset(n, c), planes.plane(), shift, sum, squares);
 }
 
 // Sums of dy and dy * (x - mean) over one channel: what every backward pass needs.
 void gradient_sums(const Planes& planes, const float* x, const float* dy, std::int64_t c, float mean,
                    double& sum_dy, double& sum_dy_xmu) {
   sum_dy = 0.0, sum_dy_xmu = 0.0;
-  for (std::int64_t n = 0; n < planes.spec.batch; ++n) {
-    const float* xp = x + planes.offset(n, c);
-    const float* dp = dy + planes.offset(n, c);
-    for (std::int64_t begin = 0; begin < planes.plane(); begin += kChunk) {
-      const std::int64_t end = std::min(planes.plane(), begin + kChunk);
-      float s = 0.0f, sx = 0.0f;
-#pragma omp simd reduction(+ : s, sx)
-      for (std::int64_t i = begin; i < end; ++i) {
-        s += dp[i];
-        sx += dp[i] * (xp[i] - mean);
-      }
-      sum_dy += s, sum_dy_xmu += sx;
-    }
-  }
+  for (std::int64_t n = 0; n < planes.spec.batch; ++n)
+    add_gradient_sums(x + planes.offset(n, c), dy + planes.offset(n, c), planes.plane(), mean, sum_dy, sum_dy_xmu);
 }
 
 // out = a * in + b over one channel (in may alias out).

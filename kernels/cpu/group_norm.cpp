@@ -5,17 +5,16 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/cpu/moment_sums.hpp"
+
 namespace bigtrain::kernels::cpu {
 
 // In NCHW a (sample, group) is one contiguous run of channels/groups planes, so the
-// statistics are a vectorisable sum over one range, and the affine and the
-// gradient run per (sample, channel) plane. Every sum runs in a fixed order
-// whatever the thread count (deterministic): float over short chunks, chunks in
-// double, as kernels/cpu/batch_norm.cpp.
+// statistics are one vectorisable sum over one range (moment_sums.hpp), and the
+// affine and the gradient run per (sample, channel) plane, every channel of a
+// sample independent (parallel, deterministic).
 
 namespace {
-
-constexpr std::int64_t kChunk = 1024;
 
 struct Layout {
   const GroupNormSpec& spec;
@@ -27,38 +26,6 @@ struct Layout {
   }
   std::int64_t group_of(std::int64_t c) const { return c / channels_per_group(); }
 };
-
-// Sums of (x - shift) and (x - shift)^2 over [p, p + count).
-void shifted_moments(const float* p, std::int64_t count, float shift, double& sum, double& squares) {
-  sum = 0.0, squares = 0.0;
-  for (std::int64_t begin = 0; begin < count; begin += kChunk) {
-    const std::int64_t end = std::min(count, begin + kChunk);
-    float s = 0.0f, q = 0.0f;
-#pragma omp simd reduction(+ : s, q)
-    for (std::int64_t i = begin; i < end; ++i) {
-      const float d = p[i] - shift;
-      s += d;
-      q += d * d;
-    }
-    sum += s, squares += q;
-  }
-}
-
-// Sums of dy and dy * (x - mean) over one plane.
-void gradient_sums(const float* x, const float* dy, std::int64_t count, float mean, double& sum_dy,
-                   double& sum_dy_xmu) {
-  sum_dy = 0.0, sum_dy_xmu = 0.0;
-  for (std::int64_t begin = 0; begin < count; begin += kChunk) {
-    const std::int64_t end = std::min(count, begin + kChunk);
-    float s = 0.0f, sx = 0.0f;
-#pragma omp simd reduction(+ : s, sx)
-    for (std::int64_t i = begin; i < end; ++i) {
-      s += dy[i];
-      sx += dy[i] * (x[i] - mean);
-    }
-    sum_dy += s, sum_dy_xmu += sx;
-  }
-}
 
 class LoopGroupNorm final : public GroupNorm {
  public:
@@ -77,7 +44,7 @@ class LoopGroupNorm final : public GroupNorm {
       const float* p = xs + layout.group_offset(n, group);
       // Shifted by a value of the group itself, so the variance never cancels against a large mean.
       double sum = 0.0, squares = 0.0;
-      shifted_moments(p, count, p[0], sum, squares);
+      add_shifted_moments(p, count, p[0], sum, squares);
       const double shifted_mean = sum / static_cast<double>(count);
       const double biased_var = std::max(0.0, squares - sum * shifted_mean) / static_cast<double>(count);
       mean_out[unit] = static_cast<float>(p[0] + shifted_mean);
@@ -111,8 +78,11 @@ class LoopGroupNorm final : public GroupNorm {
     for (std::int64_t index = 0; index < planes; ++index) {
       const std::int64_t n = index / spec_.channels, c = index % spec_.channels;
       const std::int64_t offset = layout.plane_offset(n, c);
-      gradient_sums(xs + offset, dys + offset, layout.plane(), mean[n * spec_.groups + layout.group_of(c)],
-                    plane_dy[static_cast<std::size_t>(index)], plane_dy_xmu[static_cast<std::size_t>(index)]);
+      double& sum_dy = plane_dy[static_cast<std::size_t>(index)];
+      double& sum_dy_xmu = plane_dy_xmu[static_cast<std::size_t>(index)];
+      sum_dy = 0.0, sum_dy_xmu = 0.0;
+      add_gradient_sums(xs + offset, dys + offset, layout.plane(), mean[n * spec_.groups + layout.group_of(c)], sum_dy,
+                        sum_dy_xmu);
     }
 #pragma omp parallel for schedule(static)
     for (std::int64_t c = 0; c < spec_.channels; ++c) {

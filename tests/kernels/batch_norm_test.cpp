@@ -80,14 +80,6 @@ Inputs make_inputs(const BnCase& c) {
   return in;
 }
 
-Tensor nan_tensor(const Shape& shape, Backend backend) {
-  Tensor t = Tensor::empty(shape);
-  t.fill(std::numeric_limits<float>::quiet_NaN());  // outputs must be overwritten
-  return on_backend(t, backend);
-}
-
-std::size_t numel(const Shape& shape) { return static_cast<std::size_t>(shape_numel(shape)); }
-
 class BatchNormBackend : public ::testing::TestWithParam<std::tuple<Backend, BnCase>> {
  protected:
   void SetUp() override {

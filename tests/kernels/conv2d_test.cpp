@@ -80,12 +80,6 @@ std::vector<double> ref_forward(const Conv2dSpec& s, const std::vector<double>& 
   return y;
 }
 
-Tensor nan_tensor(const Shape& shape, Backend backend) {
-  Tensor t = Tensor::empty(shape);
-  t.fill(std::numeric_limits<float>::quiet_NaN());  // outputs must be overwritten, not accumulated into
-  return on_backend(t, backend);
-}
-
 class Conv2dBackend : public ::testing::TestWithParam<std::tuple<Backend, ConvCase>> {};
 
 TEST_P(Conv2dBackend, ForwardAndBackwardMatchDoubleReference) {

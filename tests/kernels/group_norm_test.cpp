@@ -76,14 +76,6 @@ Inputs make_inputs(const GnCase& c) {
   return in;
 }
 
-Tensor nan_tensor(const Shape& shape, Backend backend) {
-  Tensor t = Tensor::empty(shape);
-  t.fill(std::numeric_limits<float>::quiet_NaN());  // outputs must be overwritten
-  return on_backend(t, backend);
-}
-
-std::size_t numel(const Shape& shape) { return static_cast<std::size_t>(shape_numel(shape)); }
-
 class GroupNormBackend : public ::testing::TestWithParam<std::tuple<Backend, GnCase>> {
  protected:
   void SetUp() override {

@@ -49,14 +49,6 @@ Tolerance fp32_sum_tolerance(std::int64_t terms) {
   return {8.0 * std::numeric_limits<float>::epsilon() * std::sqrt(static_cast<double>(terms)), 0.0};
 }
 
-Tensor nan_tensor(const Shape& shape, Backend backend) {
-  Tensor t = Tensor::empty(shape);
-  t.fill(std::numeric_limits<float>::quiet_NaN());  // outputs must be overwritten, not accumulated into
-  return on_backend(t, backend);
-}
-
-std::size_t numel(const Shape& shape) { return static_cast<std::size_t>(shape_numel(shape)); }
-
 class LinearBackend : public ::testing::TestWithParam<std::tuple<Backend, LinearCase>> {};
 
 TEST_P(LinearBackend, ForwardAndBackwardMatchDoubleReference) {

@@ -27,6 +27,7 @@
 #include <cstdio>
 #include <numeric>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <span>
 #include <string>
@@ -407,6 +408,16 @@ inline Tensor on_backend(const Tensor& host, Backend backend) {
   const Device device = backend_device(backend);
   return host.device() == device ? host : host.to(device);
 }
+
+// An output tensor filled with NaN on `backend`: an op must overwrite its outputs,
+// and one that accumulates into them (or skips an element) shows as NaN.
+inline Tensor nan_tensor(const Shape& shape, Backend backend) {
+  Tensor t = Tensor::empty(shape);
+  t.fill(std::numeric_limits<float>::quiet_NaN());
+  return on_backend(t, backend);
+}
+
+inline std::size_t numel(const Shape& shape) { return static_cast<std::size_t>(shape_numel(shape)); }
 
 }  // namespace bigtrain::testing
 
