@@ -137,6 +137,7 @@ TrainConfig read_train(ConfigSection s) {
   }
   t.freeze_bn = s.get_bool("freeze_bn", t.freeze_bn);
   t.mix_tiles = s.get_bool("mix_tiles", t.mix_tiles);
+  t.instance_top_k = s.get_int("instance_top_k", t.instance_top_k, 0, kIntMax);
   t.bn_calibration_images = s.get_int("bn_calibration_images", t.bn_calibration_images, 0, kIntMax);
   t.diagnostics = s.get_bool("diagnostics", t.diagnostics);
   t.best_metric = read_choice(s, "best_metric", t.best_metric);
@@ -284,6 +285,9 @@ Config parse_node(YAML::Node root, std::shared_ptr<ConfigOrigin> origin, const s
     train.fail("mix_tiles", "mixing several images' tiles in one batch needs aggregator.kind instance without "
                             "top_tiles, and tiles (tiler.mode tiles or resize; the other aggregators pool one "
                             "image's tiles)");
+  if (config.train.instance_top_k > 0 && !config.train.mix_tiles)
+    train.fail("instance_top_k", "selects tiles within the mixed tile batches of the instance aggregator: it needs "
+                                 "mix_tiles: true (and aggregator.kind instance)");
   // bf16 on the CPU depends on the machine (AVX512_BF16): the trainer checks it, as
   // it checks fp16 with device: auto on a machine without a GPU.
   if (config.train.precision == DType::f16 && config.device.type == "cpu")
@@ -409,6 +413,7 @@ std::string config_to_yaml(const Config& c) {
   out << YAML::EndMap;
   out << YAML::Key << "freeze_bn" << YAML::Value << t.freeze_bn;
   out << YAML::Key << "mix_tiles" << YAML::Value << t.mix_tiles;
+  out << YAML::Key << "instance_top_k" << YAML::Value << t.instance_top_k;
   out << YAML::Key << "bn_calibration_images" << YAML::Value << t.bn_calibration_images;
   out << YAML::Key << "diagnostics" << YAML::Value << t.diagnostics;
   out << YAML::Key << "best_metric" << YAML::Value << std::string(choice_name(t.best_metric));

@@ -114,10 +114,13 @@ struct TrainConfig {
   std::uint64_t seed = 0;
   EarlyStoppingConfig early_stopping;
   bool freeze_bn = false;
-  // aggregator.kind instance: a tile batch draws its tiles from all images of the
-  // optimizer step, shuffled, so BatchNorm's batch statistics span images
-  // (pipeline/engine/mixed_instances.hpp).
+  // aggregator.kind instance: a tile batch draws its tiles from the images of the
+  // optimizer step, never two of one image, so BatchNorm's batch statistics span
+  // images (pipeline/engine/mixed_instances.hpp).
   bool mix_tiles = false;
+  // With mix_tiles: train each image's K tiles likeliest to show its label with it
+  // and the rest towards "no class" (MixedInstanceOptions::top_k); 0: every tile.
+  std::int64_t instance_top_k = 0;
   // With freeze_bn and a freshly initialised encoder, the running statistics are
   // estimated from this many training images before the first step (0: off).
   std::int64_t bn_calibration_images = 0;

@@ -1,6 +1,7 @@
 #include "pipeline/engine/mixed_instances.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <numeric>
 #include <utility>
@@ -105,6 +106,65 @@ std::vector<std::vector<std::pair<std::size_t, std::int64_t>>> distinct_image_ba
   return batches;
 }
 
+void MixedInstanceStep::select_top_tiles() {
+  const Device device = backend_device(options_.backend);
+  const std::int64_t classes = model_.head->out_features();
+  net::ForwardContext ctx = net::ForwardContext::inference(options_.backend);
+  ctx.compute_dtype = options_.encoder_compute_dtype;
+  for (PendingImage& p : images_) {
+    std::vector<double> label_log_p(static_cast<std::size_t>(p.tiles));
+    for (std::int64_t first = 0; first < p.tiles; first += options_.tile_batch) {
+      const std::int64_t last = std::min(p.tiles, first + options_.tile_batch);
+      const Tensor logits = model_.head->forward(model_.encoder->forward(p.pixels.slice_rows(first, last).to(device), ctx), ctx)
+                                .to(Device::cpu());
+      for (std::int64_t t = first; t < last; ++t) {
+        const float* row = logits.data<float>() + (t - first) * classes;
+        const double top = *std::max_element(row, row + classes);
+        double sum = 0.0;
+        for (std::int64_t k = 0; k < classes; ++k) sum += std::exp(static_cast<double>(row[k]) - top);
+        label_log_p[static_cast<std::size_t>(t)] = row[p.tile_labels[static_cast<std::size_t>(t)]] - top - std::log(sum);
+      }
+    }
+    std::vector<std::int64_t> order(static_cast<std::size_t>(p.tiles));
+    std::iota(order.begin(), order.end(), std::int64_t{0});
+    // Ties (equal probabilities) go to the lower tile index, so the choice is deterministic.
+    std::stable_sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t b) {
+      return label_log_p[static_cast<std::size_t>(a)] > label_log_p[static_cast<std::size_t>(b)];
+    });
+    order.resize(static_cast<std::size_t>(std::min(p.tiles, options_.top_k)));
+    std::sort(order.begin(), order.end());
+    p.selected = std::move(order);
+  }
+}
+
+// One tile's share of its image's loss, as the gradient of its logits, into
+// `dlogits` (which holds the kernel's (softmax - onehot(label)) / batch_rows): a
+// selected tile's cross-entropy with the label weighs (1/2) / selected, another
+// tile's cross-entropy with the uniform distribution (1/2) / others; an image whose
+// every tile is selected gives them the whole weight.
+void MixedInstanceStep::train_towards_selection(const PendingImage& image, std::int64_t tile, const float* logits,
+                                                float* dlogits, float loss_scale, float batch_rows) const {
+  const std::int64_t classes = model_.head->out_features();
+  const auto selected = static_cast<std::int64_t>(image.selected.size());
+  const std::int64_t others = image.tiles - selected;
+  const bool is_selected = std::binary_search(image.selected.begin(), image.selected.end(), tile);
+  const float share = others == 0 ? 1.0f : 0.5f;
+  const float weight =
+      loss_scale * share / static_cast<float>(is_selected ? selected : others);
+  if (is_selected) {
+    // The kernel's gradient of the batch mean: times the batch's rows gives this tile's own.
+    for (std::int64_t k = 0; k < classes; ++k) dlogits[k] *= weight * batch_rows;
+    return;
+  }
+  // d/dz of -sum_k (1/C) log softmax(z)_k = softmax(z) - 1/C.
+  const float top = *std::max_element(logits, logits + classes);
+  double sum = 0.0;
+  for (std::int64_t k = 0; k < classes; ++k) sum += std::exp(static_cast<double>(logits[k] - top));
+  for (std::int64_t k = 0; k < classes; ++k)
+    dlogits[k] = weight * static_cast<float>(std::exp(static_cast<double>(logits[k] - top)) / sum -
+                                             1.0 / static_cast<double>(classes));
+}
+
 std::vector<MixedImageResult> MixedInstanceStep::train(float loss_scale, std::uint64_t shuffle_seed) {
   BT_CHECK(complete(), "mixed tile batches: the step trains before every image's tiles arrived");
   BT_CHECK(!images_.empty(), "mixed tile batches: no tiles to train");
@@ -117,6 +177,7 @@ std::vector<MixedImageResult> MixedInstanceStep::train(float loss_scale, std::ui
   std::vector<std::int64_t> tiles_per_image;
   for (const PendingImage& p : images_) tiles_per_image.push_back(p.tiles);
   const auto batches = distinct_image_batches(tiles_per_image, options_.tile_batch, shuffle_seed);
+  if (options_.top_k > 0) select_top_tiles();
 
   const Device device = backend_device(options_.backend);
   const std::int64_t classes = model_.head->out_features();
@@ -162,9 +223,14 @@ std::vector<MixedImageResult> MixedInstanceStep::train(float loss_scale, std::ui
       const auto [i, t] = batch[r];
       std::memcpy(logits[i].data<float>() + t * classes, host_logits.data<float>() + r * classes,
                   static_cast<std::size_t>(classes) * sizeof(float));
-      const float weight = loss_scale * static_cast<float>(rows) / static_cast<float>(images_[i].tiles);
       float* row = host_dlogits.data<float>() + r * classes;
-      for (std::int64_t k = 0; k < classes; ++k) row[k] *= weight;
+      if (options_.top_k == 0) {
+        const float weight = loss_scale * static_cast<float>(rows) / static_cast<float>(images_[i].tiles);
+        for (std::int64_t k = 0; k < classes; ++k) row[k] *= weight;
+      } else {
+        train_towards_selection(images_[i], t, host_logits.data<float>() + r * classes, row, loss_scale,
+                                static_cast<float>(rows));
+      }
     }
     model_.encoder->backward(model_.head->backward(host_dlogits.to(device)));
   }
@@ -185,6 +251,7 @@ std::vector<MixedImageResult> MixedInstanceStep::train(float loss_scale, std::ui
     }
     result.tile_loss /= static_cast<double>(images_[i].tiles);
     result.tile_weights = result.vote.predicted_class_shares();
+    result.selected = images_[i].selected;
     results.push_back(std::move(result));
   }
   images_.clear();

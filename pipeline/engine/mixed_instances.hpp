@@ -35,6 +35,14 @@ struct MixedInstanceOptions {
   float label_smoothing = 0.0f;
   DType encoder_compute_dtype = DType::f32;
   std::int64_t tile_batch = 16;
+  // train.instance_top_k: 0 trains every tile with its image's label. K > 0 first
+  // scores every tile without gradients (inference mode) and trains only the K with
+  // the highest probability of the label with it, half the image's weight, and the
+  // others towards the uniform distribution ("shows no class"), the other half: the
+  // multi-class form of Campanella et al.'s top-k MIL, with CLAM's idea that the
+  // unlikely tiles are negatives. The mean-log-probability vote is unchanged: tiles
+  // trained to uniform add the same to every class.
+  std::int64_t top_k = 0;
 };
 
 struct MixedImageResult {
@@ -43,7 +51,8 @@ struct MixedImageResult {
   std::shared_ptr<const ImageTiling> plan;
   InstanceVote vote;  // from the training forward's logits
   // The tiles against their own labels (the image's, or those given to add_labelled).
-  double tile_loss = 0.0;  // mean cross-entropy
+  double tile_loss = 0.0;  // mean cross-entropy against the image's label
+  std::vector<std::int64_t> selected;  // top_k > 0: the tiles trained with the label
   std::int64_t tiles_correct = 0;
   Tensor tile_weights;  // host [tiles]: each tile's probability of the voted class, normalised
 };
@@ -83,9 +92,16 @@ class MixedInstanceStep {
     std::shared_ptr<const ImageTiling> plan;
     Tensor pixels;  // host [tiles, C, T, T]
     std::vector<int> tile_labels;
+    std::vector<std::int64_t> selected;  // top_k: ascending tile indices
   };
   PendingImage& pending(std::size_t image, int label, std::int64_t tiles, std::shared_ptr<const ImageTiling> plan,
                         const Tensor& like);
+  // top_k: scores every tile (inference mode) and fills each image's `selected`.
+  void select_top_tiles();
+  // top_k: overwrites one tile's row of the batch's cross-entropy gradient with its
+  // share of the image's loss (see MixedInstanceOptions::top_k).
+  void train_towards_selection(const PendingImage& image, std::int64_t tile, const float* logits, float* dlogits,
+                               float loss_scale, float batch_rows) const;
 
   ImageModel model_;
   MixedInstanceOptions options_;

@@ -761,7 +761,8 @@ Trainer::Trainer(Config config, bool resume, std::optional<Backend> backend) : s
                                             .freeze_bn = c.train.freeze_bn,
                                             .label_smoothing = static_cast<float>(c.train.label_smoothing),
                                             .encoder_compute_dtype = compute_dtype,
-                                            .tile_batch = c.train.tile_batch});
+                                            .tile_batch = c.train.tile_batch,
+                                            .top_k = c.train.instance_top_k});
   if (c.tiler.mode == TilerMode::stream) {
     try {
       s.stream_step = std::make_unique<StreamStep>(

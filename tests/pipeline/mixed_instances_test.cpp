@@ -128,6 +128,19 @@ double batched_loss(Network& network, const std::vector<StepImage>& images, floa
   return loss;
 }
 
+// Every tile of the step in image order.
+Tensor all_tiles(const std::vector<StepImage>& images) {
+  std::int64_t total = 0;
+  for (const auto& image : images) total += image.pixels.dim(0);
+  Tensor x = Tensor::empty({total, 1, 24, 24});
+  std::int64_t row = 0;
+  for (const auto& image : images) {
+    x.slice_rows(row, row + image.pixels.dim(0)).copy_from(image.pixels);
+    row += image.pixels.dim(0);
+  }
+  return x;
+}
+
 std::vector<std::int64_t> tile_counts(const std::vector<StepImage>& images) {
   std::vector<std::int64_t> counts;
   for (const auto& image : images) counts.push_back(image.pixels.dim(0));
@@ -263,6 +276,85 @@ TEST(MixedInstances, BatchesHoldOneTileOfAnImageAndEveryTileOnce) {
   for (std::size_t b = 0; b < 5; ++b) EXPECT_EQ(batches[b].size(), 4u) << "batch " << b;
   EXPECT_EQ(distinct_image_batches(counts, 4, 11), batches) << "deterministic for a seed";
   EXPECT_NE(distinct_image_batches(counts, 4, 12), batches);
+}
+
+// train.instance_top_k with frozen BatchNorm (tiles independent): the gradients
+// equal one graph over every tile whose rows are, per image, the label's
+// cross-entropy on the K tiles likeliest to show it (half the image's weight) and
+// the uniform distribution's on the others (the other half), the K found by an
+// evaluation-mode forward of their own.
+TEST(MixedInstances, TopKTrainsTheLikeliestTilesWithTheLabelAndTheRestTowardsUniform) {
+  const auto images = make_images();
+  const float scale = 0.5f;
+  const std::int64_t k = 2;
+  Network mixed_net = make_network(), reference_net = make_network();
+  ImageModel mixed = mixed_net.image_model();
+  mixed.zero_grad();
+  MixedInstanceStep mixed_step(mixed, {.backend = Backend::cpu, .freeze_bn = true, .tile_batch = 4, .top_k = k});
+  add_images(mixed_step, images, 3);
+  const auto results = mixed_step.train(scale, 8);
+
+  ImageModel reference = reference_net.image_model();
+  reference.zero_grad();
+  const Tensor x = all_tiles(images);
+  const std::int64_t rows = x.dim(0);
+  auto log_softmax = [](const float* z) {
+    const double top = *std::max_element(z, z + kClasses);
+    double sum = 0.0;
+    for (int c = 0; c < kClasses; ++c) sum += std::exp(z[c] - top);
+    std::vector<double> out(kClasses);
+    for (int c = 0; c < kClasses; ++c) out[static_cast<std::size_t>(c)] = z[c] - top - std::log(sum);
+    return out;
+  };
+  const net::ForwardContext eval = net::ForwardContext::inference(Backend::cpu);
+  const Tensor scores = reference.head->forward(reference.encoder->forward(x, eval), eval);
+  net::ForwardContext train{.backend = Backend::cpu, .training = true, .keep_activations = true, .freeze_bn = true};
+  const Tensor logits = reference.head->forward(reference.encoder->forward(x, train), train);
+  Tensor dlogits = Tensor::zeros(logits.shape());
+  std::int64_t row = 0;
+  for (std::size_t i = 0; i < images.size(); ++i) {
+    const std::int64_t tiles = images[i].pixels.dim(0);
+    std::vector<std::pair<double, std::int64_t>> ranked;  // (-log p(label), tile): ascending = likeliest first
+    for (std::int64_t t = 0; t < tiles; ++t)
+      ranked.emplace_back(-log_softmax(scores.data<float>() + (row + t) * kClasses)[static_cast<std::size_t>(images[i].label)], t);
+    std::sort(ranked.begin(), ranked.end());
+    std::vector<std::int64_t> selected;
+    for (std::int64_t j = 0; j < k; ++j) selected.push_back(ranked[static_cast<std::size_t>(j)].second);
+    std::sort(selected.begin(), selected.end());
+    EXPECT_EQ(results[i].selected, selected) << "image " << i;
+    for (std::int64_t t = 0; t < tiles; ++t) {
+      const std::vector<double> lp = log_softmax(logits.data<float>() + (row + t) * kClasses);
+      const bool chosen = std::find(selected.begin(), selected.end(), t) != selected.end();
+      const double weight = scale * 0.5 / static_cast<double>(chosen ? k : tiles - k);
+      for (int c = 0; c < kClasses; ++c) {
+        const double target = chosen ? (c == images[i].label ? 1.0 : 0.0) : 1.0 / kClasses;
+        dlogits.data<float>()[(row + t) * kClasses + c] =
+            static_cast<float>(weight * (std::exp(lp[static_cast<std::size_t>(c)]) - target));
+      }
+    }
+    row += tiles;
+  }
+  ASSERT_EQ(row, rows);
+  reference.encoder->backward(reference.head->backward(dlogits));
+  expect_same_gradients(mixed, reference, 1e-5);
+
+  // Every tile selected: the plain instance step.
+  Network all_net = make_network(), plain_net = make_network();
+  ImageModel all = all_net.image_model(), plain = plain_net.image_model();
+  all.zero_grad();
+  plain.zero_grad();
+  MixedInstanceStep all_step(all, {.backend = Backend::cpu, .freeze_bn = true, .tile_batch = 4, .top_k = 100});
+  MixedInstanceStep plain_step(plain, {.backend = Backend::cpu, .freeze_bn = true, .tile_batch = 4});
+  add_images(all_step, images, 3);
+  add_images(plain_step, images, 3);
+  all_step.train(scale, 8);
+  plain_step.train(scale, 8);
+  expect_same_gradients(all, plain, 1e-6);
+
+  EXPECT_NE(testing::error_of([] {
+              parse_config("data: {train: a.csv}\naggregator: {kind: instance}\ntrain: {instance_top_k: 4}\n", "k.yaml");
+            }).find("needs mix_tiles: true"),
+            std::string::npos);
 }
 
 TEST(MixedInstances, RejectsPooledAggregatorsAndIncompleteSteps) {
