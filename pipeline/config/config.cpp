@@ -226,8 +226,10 @@ void emit_tiler(YAML::Emitter& out, const TilerConfig& t) {
 // model.norm as written (the model spec is parsed later, by net/model_spec.cpp,
 // which rejects a bad value with its line).
 bool uses_group_norm(const Config& config) {
-  const YAML::Node norm = config.model.IsMap() ? config.model["norm"] : YAML::Node();
-  return norm.IsScalar() && norm.Scalar() == "group";
+  if (!config.model.IsMap()) return false;
+  // An absent key is an invalid node, on which anything but IsDefined() throws.
+  const YAML::Node norm = config.model["norm"];
+  return norm.IsDefined() && norm.IsScalar() && norm.Scalar() == "group";
 }
 
 // tiler.mode stream runs the whole-image network tile by tile (net/streaming.hpp):

@@ -165,6 +165,21 @@ void MixedInstanceStep::train_towards_selection(const PendingImage& image, std::
                                              1.0 / static_cast<double>(classes));
 }
 
+std::vector<std::vector<std::pair<std::size_t, std::int64_t>>> shuffled_batches(
+    const std::vector<std::int64_t>& tiles_per_image, std::int64_t tile_batch, std::uint64_t seed) {
+  std::vector<std::pair<std::size_t, std::int64_t>> order;
+  for (std::size_t i = 0; i < tiles_per_image.size(); ++i)
+    for (std::int64_t t = 0; t < tiles_per_image[i]; ++t) order.emplace_back(i, t);
+  SplitMix64 rng(seed);
+  seeded_shuffle(order, rng);
+  std::vector<std::vector<std::pair<std::size_t, std::int64_t>>> batches;
+  for (std::size_t first = 0; first < order.size(); first += static_cast<std::size_t>(tile_batch))
+    batches.emplace_back(order.begin() + static_cast<std::ptrdiff_t>(first),
+                         order.begin() + static_cast<std::ptrdiff_t>(
+                                             std::min(order.size(), first + static_cast<std::size_t>(tile_batch))));
+  return batches;
+}
+
 std::vector<MixedImageResult> MixedInstanceStep::train(float loss_scale, std::uint64_t shuffle_seed) {
   BT_CHECK(complete(), "mixed tile batches: the step trains before every image's tiles arrived");
   BT_CHECK(!images_.empty(), "mixed tile batches: no tiles to train");
@@ -176,7 +191,9 @@ std::vector<MixedImageResult> MixedInstanceStep::train(float loss_scale, std::ui
              images_.front().image, images_.front().pixels.describe());
   std::vector<std::int64_t> tiles_per_image;
   for (const PendingImage& p : images_) tiles_per_image.push_back(p.tiles);
-  const auto batches = distinct_image_batches(tiles_per_image, options_.tile_batch, shuffle_seed);
+  const auto batches = options_.distinct_images
+                           ? distinct_image_batches(tiles_per_image, options_.tile_batch, shuffle_seed)
+                           : shuffled_batches(tiles_per_image, options_.tile_batch, shuffle_seed);
   if (options_.top_k > 0) select_top_tiles();
 
   const Device device = backend_device(options_.backend);

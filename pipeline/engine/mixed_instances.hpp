@@ -35,6 +35,11 @@ struct MixedInstanceOptions {
   float label_smoothing = 0.0f;
   DType encoder_compute_dtype = DType::f32;
   std::int64_t tile_batch = 16;
+  // true: no batch holds two tiles of one image (distinct_image_batches), for image
+  // labels. false: the step's tiles shuffled freely into batches of tile_batch, for
+  // labels of the tiles' own (the rotation pretext), where a small step would
+  // otherwise cap the batch at its image count.
+  bool distinct_images = true;
   // train.instance_top_k: 0 trains every tile with its image's label. K > 0 first
   // scores every tile without gradients (inference mode) and trains only the K with
   // the highest probability of the label with it, half the image's weight, and the
@@ -61,6 +66,10 @@ struct MixedImageResult {
 // image twice in a batch, at most tile_batch a batch, full while at least tile_batch
 // images have tiles left; seeded.
 std::vector<std::vector<std::pair<std::size_t, std::int64_t>>> distinct_image_batches(
+    const std::vector<std::int64_t>& tiles_per_image, std::int64_t tile_batch, std::uint64_t seed);
+
+// Every tile once, shuffled (seeded), cut into batches of tile_batch.
+std::vector<std::vector<std::pair<std::size_t, std::int64_t>>> shuffled_batches(
     const std::vector<std::int64_t>& tiles_per_image, std::int64_t tile_batch, std::uint64_t seed);
 
 class MixedInstanceStep {

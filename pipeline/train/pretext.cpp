@@ -73,7 +73,8 @@ std::vector<PretextEpoch> pretrain_by_rotation(const Config& config, const std::
   MixedInstanceStep step(model, MixedInstanceOptions{.backend = backend,
                                                      .freeze_bn = false,
                                                      .encoder_compute_dtype = config.train.precision,
-                                                     .tile_batch = config.train.tile_batch});
+                                                     .tile_batch = config.train.tile_batch,
+                                                     .distinct_images = false});
   net::OptimizerConfig optimizer_config;
   optimizer_config.kind = config.train.optimizer;
   optimizer_config.lr = lr;

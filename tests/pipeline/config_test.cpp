@@ -137,6 +137,10 @@ TEST(Config, GroupNormLiftsTheFrozenBatchNormRuleAndCannotStream) {
   EXPECT_NE(error_of([&] { parse_config(ips, "t.yaml"); }).find("freeze_bn: true or model.norm: group"),
             std::string::npos);
   EXPECT_EQ(parse_config(std::string(ips) + "model: {preset: small, norm: group}\n", "t.yaml").aggregator.top_tiles, 4);
+  // A model section without `norm` is BatchNorm's (and reading it must not throw).
+  EXPECT_NE(error_of([&] { parse_config(std::string(ips) + "model: {preset: small}\n", "t.yaml"); })
+                .find("freeze_bn: true or model.norm: group"),
+            std::string::npos);
   const std::string stream =
       error_of([] {
         parse_config("data: {train: a.csv}\ntiler: {mode: stream}\naggregator: {kind: mean}\n"
