@@ -72,7 +72,7 @@ Optimizer::Optimizer(std::vector<ParamGroup> groups, double default_lr, double d
 
 double Optimizer::learning_rate(std::size_t index) const {
   const ParamGroup& group = groups_.at(index);
-  return schedule_ ? schedule_->learning_rate(group.initial_lr, steps_taken_) : *group.lr;
+  return schedule_ ? schedule_->learning_rate(group.initial_lr, schedule_clock_.value_or(steps_taken_)) : *group.lr;
 }
 
 void Optimizer::set_learning_rate(double lr) {
@@ -258,6 +258,11 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, const s
   } else {
     groups = split_decay_groups(params);
   }
+  return make_optimizer(config, std::move(groups), backend);
+}
+
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, std::vector<ParamGroup> groups,
+                                          Backend backend) {
   if (config.kind == OptimizerKind::sgd)
     return std::make_unique<Sgd>(std::move(groups),
                                  SgdOptions{.lr = config.lr,

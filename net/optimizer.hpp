@@ -58,6 +58,10 @@ class Optimizer {
 
   // Rates of later steps come from the schedule; without one, each group keeps its rate.
   void set_schedule(std::optional<LrSchedule> schedule) { schedule_ = std::move(schedule); }
+  // The position the schedule reads instead of steps_taken(), for a trainer whose
+  // schedule counts something coarser than updates (train.step_every_batch counts
+  // groups of images); unset: steps_taken(). Not part of the exported state.
+  void set_schedule_clock(std::optional<std::int64_t> position) { schedule_clock_ = position; }
   const std::vector<ParamGroup>& param_groups() const { return groups_; }
   // The rate the next step() uses for group `index` (after the schedule, if any).
   double learning_rate(std::size_t index) const;
@@ -96,6 +100,7 @@ class Optimizer {
   std::vector<ParamGroup> groups_;
   std::map<std::string, ParamState> state_;  // by parameter name
   std::optional<LrSchedule> schedule_;
+  std::optional<std::int64_t> schedule_clock_;
   std::int64_t steps_taken_ = 0;
   Backend backend_;
 };
@@ -162,6 +167,9 @@ struct OptimizerConfig {
   double beta1 = 0.9, beta2 = 0.999, epsilon = 1e-8;
 };
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, const std::vector<Parameter*>& params,
+                                          Backend backend);
+// The same over groups of the caller's (config.decay_norm_and_bias is then the caller's to apply).
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, std::vector<ParamGroup> groups,
                                           Backend backend);
 
 }  // namespace bigtrain::net

@@ -31,9 +31,12 @@ enum class OnBadImage : std::uint8_t { error, skip };
 enum class TilerMode : std::uint8_t { tiles, resize, stream };
 // dark: tissue on a bright slide; bright: objects on black.
 enum class Foreground : std::uint8_t { dark, bright };
-// data.normalize: dataset (x - mean) / std, or tile: each tile to mean 0 and std 1.
-enum class Normalization : std::uint8_t { dataset, tile };
+// data.normalize: dataset (x - mean) / std, or tile: each tile to mean 0 and std 1,
+// or highpass: each tile less its Gaussian blur, then as tile.
+enum class Normalization : std::uint8_t { dataset, tile, highpass };
 enum class BestMetric : std::uint8_t { val_accuracy, val_balanced_accuracy, val_loss, val_auc };
+// pretrain.method: rotation prediction, or SimCLR's contrast of two views of a tile.
+enum class PretextMethod : std::uint8_t { rotation, contrastive };
 
 // One spelling of a choice in YAML and the value it stands for.
 template <typename E>
@@ -68,13 +71,15 @@ inline constexpr std::array<Choice<net::LrScheduleKind>, 3> kScheduleChoices{
     {{"constant", net::LrScheduleKind::constant},
      {"cosine", net::LrScheduleKind::cosine},
      {"step", net::LrScheduleKind::step}}};
-inline constexpr std::array<Choice<Normalization>, 2> kNormalizationChoices{
-    {{"dataset", Normalization::dataset}, {"tile", Normalization::tile}}};
+inline constexpr std::array<Choice<Normalization>, 3> kNormalizationChoices{
+    {{"dataset", Normalization::dataset}, {"tile", Normalization::tile}, {"highpass", Normalization::highpass}}};
 inline constexpr std::array<Choice<BestMetric>, 4> kBestMetricChoices{
     {{"val_accuracy", BestMetric::val_accuracy},
      {"val_balanced_accuracy", BestMetric::val_balanced_accuracy},
      {"val_loss", BestMetric::val_loss},
      {"val_auc", BestMetric::val_auc}}};
+inline constexpr std::array<Choice<PretextMethod>, 2> kPretextMethodChoices{
+    {{"rotation", PretextMethod::rotation}, {"contrastive", PretextMethod::contrastive}}};
 // train.precision: the compute type of the encoder's convolutions.
 inline constexpr std::array<Choice<DType>, 3> kPrecisionChoices{
     {{"fp32", DType::f32}, {"bf16", DType::bf16}, {"fp16", DType::f16}}};
@@ -93,6 +98,7 @@ constexpr std::span<const Choice<net::OptimizerKind>> choices_of(net::OptimizerK
 constexpr std::span<const Choice<net::LrScheduleKind>> choices_of(net::LrScheduleKind) { return kScheduleChoices; }
 constexpr std::span<const Choice<BestMetric>> choices_of(BestMetric) { return kBestMetricChoices; }
 constexpr std::span<const Choice<DType>> choices_of(DType) { return kPrecisionChoices; }
+constexpr std::span<const Choice<PretextMethod>> choices_of(PretextMethod) { return kPretextMethodChoices; }
 
 // The YAML spelling of `value`; "?" for a value the config cannot hold (net's
 // multistep schedule, a DType no precision names).

@@ -56,6 +56,7 @@ DataConfig read_data(ConfigSection s, const std::filesystem::path& base) {
   for (double v : d.std)
     if (!(v > 0)) s.fail("std", "values must be positive");
   d.normalize = read_choice(s, "normalize", d.normalize);
+  d.highpass_sigma = s.get_double("highpass_sigma", d.highpass_sigma, 0.3, 1000.0);
   d.on_bad_image = read_choice(s, "on_bad_image", d.on_bad_image);
   d.max_value = s.get_int("max_value", d.max_value, 0, 65535);
   s.finish();
@@ -138,6 +139,8 @@ TrainConfig read_train(ConfigSection s) {
   t.freeze_bn = s.get_bool("freeze_bn", t.freeze_bn);
   t.mix_tiles = s.get_bool("mix_tiles", t.mix_tiles);
   t.instance_top_k = s.get_int("instance_top_k", t.instance_top_k, 0, kIntMax);
+  t.step_every_batch = s.get_bool("step_every_batch", t.step_every_batch);
+  t.encoder_lr_scale = s.get_double("encoder_lr_scale", t.encoder_lr_scale, 0.0, 100.0);
   t.bn_calibration_images = s.get_int("bn_calibration_images", t.bn_calibration_images, 0, kIntMax);
   t.diagnostics = s.get_bool("diagnostics", t.diagnostics);
   t.best_metric = read_choice(s, "best_metric", t.best_metric);
@@ -190,6 +193,9 @@ DeviceConfig read_device(ConfigSection s) {
 PretrainConfig read_pretrain(ConfigSection s) {
   PretrainConfig p;
   p.epochs = s.get_int("epochs", p.epochs, 0, 1'000'000);
+  p.method = read_choice(s, "method", p.method);
+  p.temperature = s.get_double("temperature", p.temperature, 1e-3, 10.0);
+  p.projection_dim = s.get_int("projection_dim", p.projection_dim, 1, 65536);
   p.lr = s.get_double("lr", p.lr, 0.0, 100.0);
   p.images_per_step = s.get_int("images_per_step", p.images_per_step, 0, 1'000'000);
   s.finish();
@@ -290,6 +296,9 @@ Config parse_node(YAML::Node root, std::shared_ptr<ConfigOrigin> origin, const s
   if (config.train.instance_top_k > 0 && !config.train.mix_tiles)
     train.fail("instance_top_k", "selects tiles within the mixed tile batches of the instance aggregator: it needs "
                                  "mix_tiles: true (and aggregator.kind instance)");
+  if (config.train.step_every_batch && !config.train.mix_tiles)
+    train.fail("step_every_batch", "steps after every mixed tile batch of the instance aggregator: it needs "
+                                   "mix_tiles: true (and aggregator.kind instance)");
   // bf16 on the CPU depends on the machine (AVX512_BF16): the trainer checks it, as
   // it checks fp16 with device: auto on a machine without a GPU.
   if (config.train.precision == DType::f16 && config.device.type == "cpu")
@@ -300,7 +309,7 @@ Config parse_node(YAML::Node root, std::shared_ptr<ConfigOrigin> origin, const s
     config.pretrain = read_pretrain(pretrain);
     // A quarter turn must map a tile onto itself, and stream mode has no tiles.
     if (config.pretrain.epochs > 0 && config.tiler.mode == TilerMode::stream)
-      pretrain.fail("epochs", "rotation pretraining trains on tiles; tiler.mode stream has none");
+      pretrain.fail("epochs", "pretraining trains on tiles; tiler.mode stream has none");
   }
   config.output = read_output(top.section("output"));
   top.finish();
@@ -369,6 +378,7 @@ std::string config_to_yaml(const Config& c) {
   out << YAML::Key << "mean" << YAML::Value << YAML::Flow << c.data.mean;
   out << YAML::Key << "std" << YAML::Value << YAML::Flow << c.data.std;
   out << YAML::Key << "normalize" << YAML::Value << std::string(choice_name(c.data.normalize));
+  out << YAML::Key << "highpass_sigma" << YAML::Value << c.data.highpass_sigma;
   out << YAML::Key << "on_bad_image" << YAML::Value << std::string(choice_name(c.data.on_bad_image));
   out << YAML::Key << "max_value" << YAML::Value << c.data.max_value;
   out << YAML::EndMap;
@@ -416,6 +426,8 @@ std::string config_to_yaml(const Config& c) {
   out << YAML::Key << "freeze_bn" << YAML::Value << t.freeze_bn;
   out << YAML::Key << "mix_tiles" << YAML::Value << t.mix_tiles;
   out << YAML::Key << "instance_top_k" << YAML::Value << t.instance_top_k;
+  out << YAML::Key << "step_every_batch" << YAML::Value << t.step_every_batch;
+  out << YAML::Key << "encoder_lr_scale" << YAML::Value << t.encoder_lr_scale;
   out << YAML::Key << "bn_calibration_images" << YAML::Value << t.bn_calibration_images;
   out << YAML::Key << "diagnostics" << YAML::Value << t.diagnostics;
   out << YAML::Key << "best_metric" << YAML::Value << std::string(choice_name(t.best_metric));
@@ -437,6 +449,9 @@ std::string config_to_yaml(const Config& c) {
 
   out << YAML::Key << "pretrain" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "epochs" << YAML::Value << c.pretrain.epochs;
+  out << YAML::Key << "method" << YAML::Value << std::string(choice_name(c.pretrain.method));
+  out << YAML::Key << "temperature" << YAML::Value << c.pretrain.temperature;
+  out << YAML::Key << "projection_dim" << YAML::Value << c.pretrain.projection_dim;
   out << YAML::Key << "lr" << YAML::Value << c.pretrain.lr;
   out << YAML::Key << "images_per_step" << YAML::Value << c.pretrain.images_per_step;
   out << YAML::EndMap;

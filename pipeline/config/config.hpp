@@ -31,6 +31,8 @@ struct DataConfig {
   // standard deviation 1 per channel, so an illumination gradient across the image
   // (the seeds' scans) no longer decides what the first layers see.
   Normalization normalize = Normalization::dataset;
+  // normalize: highpass: the Gaussian's sigma in pixels at the read resolution.
+  double highpass_sigma = 3.0;
   // The pixel value that is full brightness (1.0 before normalisation) for every
   // image; 0: each image's own (SMaxSampleValue/MaxSampleValue, else 255 or 65535).
   std::int64_t max_value = 0;
@@ -121,6 +123,15 @@ struct TrainConfig {
   // With mix_tiles: train each image's K tiles likeliest to show its label with it
   // and the rest towards "no class" (MixedInstanceOptions::top_k); 0: every tile.
   std::int64_t instance_top_k = 0;
+  // With mix_tiles: an optimizer step after every tile batch (each batch's loss is
+  // its tiles' mean), the images_per_step images only the pool the batches are dealt
+  // from: ordinary minibatch training over tiles, many times the steps of one step
+  // per images_per_step images. The schedule still counts images_per_step groups.
+  bool step_every_batch = false;
+  // The encoder's learning rate as a fraction of lr (the aggregator and head keep lr):
+  // below 1 to keep pretrained features while the head learns; 0 freezes the
+  // encoder's weights (a linear probe of them).
+  double encoder_lr_scale = 1.0;
   // With freeze_bn and a freshly initialised encoder, the running statistics are
   // estimated from this many training images before the first step (0: off).
   std::int64_t bn_calibration_images = 0;
@@ -158,11 +169,16 @@ struct OutputConfig {
 
 // Self-supervised pretraining of the encoder before the first epoch, on the training
 // images' tiles without their labels: rotation prediction (Gidaris et al., ICLR
-// 2018; pipeline/train/pretext.hpp). 0 epochs: off.
+// 2018; pipeline/train/pretext.hpp) or SimCLR (Chen et al., ICML 2020;
+// pipeline/train/contrastive.hpp). 0 epochs: off.
 struct PretrainConfig {
   std::int64_t epochs = 0;
+  PretextMethod method = PretextMethod::rotation;
   double lr = 0.0;                   // 0: train.lr
   std::int64_t images_per_step = 0;  // 0: train.images_per_step
+  // contrastive: NT-Xent's temperature and the projection's output width.
+  double temperature = 0.2;
+  std::int64_t projection_dim = 64;
 };
 
 struct Config {

@@ -1,5 +1,7 @@
 #include "pipeline/data/preprocess.hpp"
 
+#include <opencv2/imgproc.hpp>
+
 #include <algorithm>
 #include <cmath>
 
@@ -19,7 +21,8 @@ Preprocessing Preprocessing::from_config(const Config& config, int channels, boo
     p.mean.push_back(static_cast<float>(mean.size() == 1 ? mean[0] : mean[c]));
     p.std.push_back(static_cast<float>(std.size() == 1 ? std[0] : std[c]));
   }
-  p.per_tile = config.data.normalize == Normalization::tile;
+  p.per_tile = config.data.normalize != Normalization::dataset;
+  if (config.data.normalize == Normalization::highpass) p.highpass_sigma = config.data.highpass_sigma;
   p.augment = training;
   p.augmentation = config.train.augmentation;
   return p;
@@ -98,6 +101,11 @@ void preprocess_tile(const cv::Mat& tile, const Preprocessing& p, std::uint64_t 
   for (int c = 0; c < p.channels; ++c) {
     float* dst = out + c * plane;
     float mean = p.mean[c], inv_std = 1.0f / p.std[c];
+    if (p.highpass_sigma > 0.0) {
+      cv::Mat pixels(rows, cols, CV_32F, dst), blurred;
+      cv::GaussianBlur(pixels, blurred, cv::Size(0, 0), p.highpass_sigma, p.highpass_sigma, cv::BORDER_REFLECT);
+      pixels -= blurred;
+    }
     if (p.per_tile) {
       double sum = 0.0, sum_squares = 0.0;
       for (std::int64_t i = 0; i < plane; ++i) {

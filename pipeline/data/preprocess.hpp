@@ -6,7 +6,8 @@
 // recomputes exactly the input pass 1 saw, and a resumed run draws what the
 // uninterrupted run drew. Order: dihedral transform (flips, 90-degree turns; square
 // tiles only), contrast around the tile's mean, brightness, Gaussian noise, then
-// normalisation: (x - mean) / std, or per tile to mean 0 and standard deviation 1.
+// normalisation: (x - mean) / std, or per tile to mean 0 and standard deviation 1
+// (after subtracting the tile's Gaussian blur, with data.normalize: highpass).
 #include <cstdint>
 #include <vector>
 
@@ -24,7 +25,11 @@ struct Preprocessing {
   int channels = 1;          // the model's input channels
   std::vector<float> mean;   // one per model channel
   std::vector<float> std;
-  bool per_tile = false;     // data.normalize: tile (mean and std unused)
+  bool per_tile = false;     // data.normalize: tile or highpass (mean and std unused)
+  // data.normalize: highpass: the tile less its Gaussian blur of this sigma (pixels)
+  // before the per-tile standardisation, so smooth illumination and texture, which
+  // fill most tiles and tell them apart, leave the input and strokes remain; 0: off.
+  double highpass_sigma = 0.0;
   bool augment = false;      // training
   AugmentationConfig augmentation;
 

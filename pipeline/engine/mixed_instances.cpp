@@ -180,7 +180,8 @@ std::vector<std::vector<std::pair<std::size_t, std::int64_t>>> shuffled_batches(
   return batches;
 }
 
-std::vector<MixedImageResult> MixedInstanceStep::train(float loss_scale, std::uint64_t shuffle_seed) {
+std::vector<MixedImageResult> MixedInstanceStep::train(float loss_scale, std::uint64_t shuffle_seed,
+                                                       const std::function<void()>& after_batch) {
   BT_CHECK(complete(), "mixed tile batches: the step trains before every image's tiles arrived");
   BT_CHECK(!images_.empty(), "mixed tile batches: no tiles to train");
   // Tiles of different sizes (tiler.mode resize next to tiles) cannot share a batch.
@@ -195,6 +196,10 @@ std::vector<MixedImageResult> MixedInstanceStep::train(float loss_scale, std::ui
                            ? distinct_image_batches(tiles_per_image, options_.tile_batch, shuffle_seed)
                            : shuffled_batches(tiles_per_image, options_.tile_batch, shuffle_seed);
   if (options_.top_k > 0) select_top_tiles();
+  // A batch stepped on its own: every image's weights sum to one, so over the step
+  // they sum to the image count; spread over the batches, a batch weighs one on average.
+  const float top_k_scale =
+      after_batch ? loss_scale * static_cast<float>(images_.size()) / static_cast<float>(batches.size()) : loss_scale;
 
   const Device device = backend_device(options_.backend);
   const std::int64_t classes = model_.head->out_features();
@@ -242,14 +247,17 @@ std::vector<MixedImageResult> MixedInstanceStep::train(float loss_scale, std::ui
                   static_cast<std::size_t>(classes) * sizeof(float));
       float* row = host_dlogits.data<float>() + r * classes;
       if (options_.top_k == 0) {
-        const float weight = loss_scale * static_cast<float>(rows) / static_cast<float>(images_[i].tiles);
+        // The kernel's gradient is already the batch's mean.
+        const float weight = after_batch ? loss_scale
+                                         : loss_scale * static_cast<float>(rows) / static_cast<float>(images_[i].tiles);
         for (std::int64_t k = 0; k < classes; ++k) row[k] *= weight;
       } else {
-        train_towards_selection(images_[i], t, host_logits.data<float>() + r * classes, row, loss_scale,
+        train_towards_selection(images_[i], t, host_logits.data<float>() + r * classes, row, top_k_scale,
                                 static_cast<float>(rows));
       }
     }
     model_.encoder->backward(model_.head->backward(host_dlogits.to(device)));
+    if (after_batch) after_batch();
   }
 
   std::vector<MixedImageResult> results;

@@ -18,6 +18,7 @@
 // tiler.max_tiles_per_image or the background filter bound it), one batch's
 // activations, and the tiles' logits.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -91,7 +92,13 @@ class MixedInstanceStep {
   // Forward and backward of every added tile in batches of tile_batch, in an order
   // drawn from shuffle_seed; each image's loss gradient is multiplied by loss_scale.
   // Returns each image's vote in the order the images were added, and forgets them.
-  std::vector<MixedImageResult> train(float loss_scale, std::uint64_t shuffle_seed);
+  //
+  // With after_batch (train.step_every_batch) it is called after each batch's
+  // backward, to take an optimizer step, and a batch's loss is its own: the mean
+  // over its tiles (top_k: the images' weights rescaled so that a batch weighs one
+  // on average), times loss_scale.
+  std::vector<MixedImageResult> train(float loss_scale, std::uint64_t shuffle_seed,
+                                      const std::function<void()>& after_batch = {});
 
  private:
   struct PendingImage {

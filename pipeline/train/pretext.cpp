@@ -111,8 +111,17 @@ std::vector<PretextEpoch> pretrain_by_rotation(const Config& config, const std::
     double loss_sum = 0.0;
     std::int64_t correct = 0, images_in_step = 0, step_index = 0;
     auto take_step = [&] {
+      // train.step_every_batch: an update after every tile batch, at the rate of the
+      // schedule's position in groups of images, as in training.
+      if (config.train.step_every_batch) optimizer->set_schedule_clock((epoch - 1) * steps_per_epoch + step_index);
       const std::vector<MixedImageResult> results =
-          step.train(1.0f / static_cast<float>(images_in_step), mix_seed(seed, kShuffle, e, step_index));
+          config.train.step_every_batch
+              ? step.train(1.0f, mix_seed(seed, kShuffle, e, step_index),
+                           [&] {
+                             optimizer->step();
+                             optimizer->zero_grad();
+                           })
+              : step.train(1.0f / static_cast<float>(images_in_step), mix_seed(seed, kShuffle, e, step_index));
       for (const MixedImageResult& r : results) {
         if (!std::isfinite(r.tile_loss))
           throw Error(fmt::format("{}: the rotation pretext loss is {} at pretraining epoch {}; lower pretrain.lr",

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <numeric>
+#include <set>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -47,6 +48,7 @@
 #include "pipeline/plan/plan.hpp"
 #include "pipeline/report/report.hpp"
 #include "pipeline/train/interrupt.hpp"
+#include "pipeline/train/contrastive.hpp"
 #include "pipeline/train/pretext.hpp"
 #include "pipeline/train/report_heatmaps.hpp"
 #include "pipeline/train/training_diagnostics.hpp"
@@ -393,35 +395,49 @@ EpochSummary Trainer::State::train_epoch(std::int64_t epoch) {
   GradientAllreduce gradients(params);
   const double allreduce_seconds_before = world().stats().allreduce_seconds;
   std::size_t step_index = first_step;
+  const bool step_every_batch = mixed_step && config.train.step_every_batch;
+  // The schedule counts groups of images_per_step images; with step_every_batch
+  // each group takes many updates at its group's rate.
+  auto set_schedule_clock = [&] {
+    if (step_every_batch)
+      optimizer->set_schedule_clock((epoch - 1) * steps_per_epoch() + static_cast<std::int64_t>(step_index));
+  };
+  // One update from the gradients accumulated since the last: summed over the ranks
+  // (one allreduce) before clipping, so every rank clips and steps on the global
+  // gradient.
+  auto update_weights = [&] {
+    gradients.sum(world());
+    // fp16: the summed gradients are the same on every rank, so all skip alike.
+    const float scale_used = loss_scaler.scale();
+    const bool overflow = loss_scaler.enabled() && !non_finite_gradients(backend, params).empty();
+    if (!loss_scaler.update(overflow)) {
+      spdlog::warn("fp16 loss scaling: non-finite gradients at epoch {}, optimizer step {} of {} (step {} of the "
+                   "run): step skipped, loss scale {} -> {}",
+                   epoch, step_index + 1, shard.images_per_step.size(), optimizer->steps_taken() + 1, scale_used,
+                   loss_scaler.scale());
+    } else {
+      // Unscaled before clipping, so train.clip_grad_norm means the true norm.
+      if (scale_used != 1.0f)
+        for (net::Parameter* p : params)
+          if (p->grad.defined()) kernels::scale(backend, 1.0f / scale_used, p->grad);
+      if (diagnostics) diagnostics->step(epoch, optimizer->steps_taken() + 1);
+      if (config.train.clip_grad_norm > 0) {
+        net::GradClipOptions clip;
+        clip.max_norm = config.train.clip_grad_norm;
+        clip.error_if_nonfinite = true;
+        net::clip_grad_norm(backend, params, clip);
+      }
+      optimizer->step();
+    }
+    optimizer->zero_grad();
+  };
   auto take_ready_steps = [&] {
     while (step_index < shard.images_per_step.size() && images_in_step == shard.images_per_step[step_index]) {
-      gradients.sum(world());
-      // fp16: the summed gradients are the same on every rank, so all skip alike.
-      const float scale_used = loss_scaler.scale();
-      const bool overflow = loss_scaler.enabled() && !non_finite_gradients(backend, params).empty();
-      if (!loss_scaler.update(overflow)) {
-        spdlog::warn("fp16 loss scaling: non-finite gradients at epoch {}, optimizer step {} of {} (step {} of the "
-                     "run): step skipped, loss scale {} -> {}",
-                     epoch, step_index + 1, shard.images_per_step.size(), optimizer->steps_taken() + 1, scale_used,
-                     loss_scaler.scale());
-      } else {
-        // Unscaled before clipping, so train.clip_grad_norm means the true norm.
-        if (scale_used != 1.0f)
-          for (net::Parameter* p : params)
-            if (p->grad.defined()) kernels::scale(backend, 1.0f / scale_used, p->grad);
-        if (diagnostics) diagnostics->step(epoch, optimizer->steps_taken() + 1);
-        if (config.train.clip_grad_norm > 0) {
-          net::GradClipOptions clip;
-          clip.max_norm = config.train.clip_grad_norm;
-          clip.error_if_nonfinite = true;
-          net::clip_grad_norm(backend, params, clip);
-        }
-        optimizer->step();
-      }
-      optimizer->zero_grad();
+      if (!step_every_batch) update_weights();  // otherwise the group's batches took theirs
       checkpoint_current = false;
       images_in_step = 0;
       ++step_index;
+      set_schedule_clock();
       // Ctrl-C / SIGTERM: the step is whole, nothing of the next image is computed.
       if (stop_requested()) throw StopAtStepBoundary{};
     }
@@ -452,7 +468,14 @@ EpochSummary Trainer::State::train_epoch(std::int64_t epoch) {
   auto train_mixed_step = [&] {
     MemoryPhase phase("training (mixed tile batches)");
     std::vector<MixedImageResult> results =
-        mixed_step->train(mean_over_step * loss_scaler.scale(), seed(kMixTiles, e, step_index));
+        step_every_batch
+            ? mixed_step->train(loss_scaler.scale(), seed(kMixTiles, e, step_index),
+                                [&] {
+                                  check_gradients(fmt::format("a mixed tile batch of optimizer step {}", step_index + 1),
+                                                  epoch);
+                                  update_weights();
+                                })
+            : mixed_step->train(mean_over_step * loss_scaler.scale(), seed(kMixTiles, e, step_index));
     std::string sources;
     for (const MixedImageResult& r : results) {
       const Sample& sample = train[r.image];
@@ -469,6 +492,7 @@ EpochSummary Trainer::State::train_epoch(std::int64_t epoch) {
     take_ready_steps();
   };
   StreamStats stats;
+  set_schedule_clock();
   try {
   take_ready_steps();  // steps in which this rank has no image (more ranks than images_per_step)
   // tiler.mode stream: one image at a time, read region by region by the trunk itself.
@@ -734,7 +758,22 @@ Trainer::Trainer(Config config, bool resume, std::optional<Backend> backend) : s
   optimizer.momentum = c.train.momentum;
   // BatchNorm and bias parameters take no weight decay (the usual ResNet recipe).
   optimizer.decay_norm_and_bias = false;
-  s.optimizer = net::make_optimizer(optimizer, s.image_model.parameters(), s.backend);
+  if (c.train.encoder_lr_scale == 1.0) {
+    s.optimizer = net::make_optimizer(optimizer, s.image_model.parameters(), s.backend);
+  } else {
+    // The encoder's groups at the scaled rate; the aggregator's and head's at lr.
+    std::vector<net::Parameter*> encoder_params = s.model->encoder().parameters(), rest;
+    const std::set<net::Parameter*> in_encoder(encoder_params.begin(), encoder_params.end());
+    for (net::Parameter* p : s.image_model.parameters())
+      if (!in_encoder.contains(p)) rest.push_back(p);
+    std::vector<net::ParamGroup> groups;
+    for (net::ParamGroup& g : net::split_decay_groups(encoder_params)) {
+      g.lr = c.train.lr * c.train.encoder_lr_scale;
+      groups.push_back(std::move(g));
+    }
+    for (net::ParamGroup& g : net::split_decay_groups(rest)) groups.push_back(std::move(g));
+    s.optimizer = net::make_optimizer(optimizer, std::move(groups), s.backend);
+  }
   net::LrScheduleConfig schedule;
   schedule.kind = c.train.schedule;
   schedule.warmup_steps = c.train.warmup_steps;
@@ -755,6 +794,10 @@ Trainer::Trainer(Config config, bool resume, std::optional<Backend> backend) : s
                                     .label_smoothing = static_cast<float>(c.train.label_smoothing),
                                     .encoder_compute_dtype = compute_dtype,
                                     .top_tiles = c.aggregator.top_tiles});
+  if (c.train.step_every_batch && world().distributed())
+    throw Error(fmt::format("{}: train.step_every_batch steps after every tile batch, and the ranks of {} would deal "
+                            "different numbers of batches; train with one process, or without step_every_batch",
+                            c.source, world().description()));
   if (c.train.mix_tiles)
     s.mixed_step = std::make_unique<MixedInstanceStep>(
         s.image_model, MixedInstanceOptions{.backend = s.backend,
@@ -868,8 +911,11 @@ TrainOutcome Trainer::run() {
   if (c.pretrain.epochs > 0 && !s.resume && s.epochs_done == 0 && !s.partial.active) {
     BT_CHECK(!world().distributed(), "{}: pretrain runs in one process; train without mpirun, or set pretrain.epochs: 0",
              c.source);
-    const auto history = pretrain_by_rotation(c, s.dataset.train, s.model->encoder(), s.backend, s.seed(kPretext),
-                                              [&] { return s.stop_requested(); });
+    const auto stop = [&] { return s.stop_requested(); };
+    const auto history =
+        c.pretrain.method == PretextMethod::contrastive
+            ? pretrain_by_contrast(c, s.dataset.train, s.model->encoder(), s.backend, s.seed(kPretext), stop)
+            : pretrain_by_rotation(c, s.dataset.train, s.model->encoder(), s.backend, s.seed(kPretext), stop);
     write_file_atomically((s.run_dir / "pretext.csv").string(), pretext_csv(history));
   }
   while (s.epochs_done < c.train.epochs) {

@@ -91,9 +91,10 @@ void expect_same_gradients(const ImageModel& actual, const ImageModel& expected,
 using Batches = std::vector<std::vector<std::pair<std::size_t, std::int64_t>>>;
 
 // The step's loss sum_i scale / N_i sum_t CE(tile t of image i), BatchNorm with the
-// batch statistics of `batches` (one graph each; backward accumulates).
+// batch statistics of `batches` (one graph each; backward accumulates). batch_mean:
+// each batch's loss is instead scale times the mean over its tiles.
 double batched_loss(Network& network, const std::vector<StepImage>& images, float scale, bool backward,
-                    const Batches& batches) {
+                    const Batches& batches, bool batch_mean = false) {
   double loss = 0.0;
   for (const auto& batch : batches) {
     const auto rows = static_cast<std::int64_t>(batch.size());
@@ -104,7 +105,8 @@ double batched_loss(Network& network, const std::vector<StepImage>& images, floa
       const auto [i, t] = batch[static_cast<std::size_t>(r)];
       x.slice_rows(r, r + 1).copy_from(images[i].pixels.slice_rows(t, t + 1));
       targets.data<std::int32_t>()[r] = images[i].label;
-      weight[static_cast<std::size_t>(r)] = scale / static_cast<double>(images[i].pixels.dim(0));
+      weight[static_cast<std::size_t>(r)] =
+          scale / static_cast<double>(batch_mean ? rows : images[i].pixels.dim(0));
     }
     net::ForwardContext ctx{.backend = Backend::cpu, .training = true, .keep_activations = backward};
     ctx.update_bn_running_stats = false;
@@ -236,6 +238,44 @@ TEST(MixedInstances, BatchStatisticsGradientsEqualOneGraphPerBatchAndFiniteDiffe
       EXPECT_TRUE(agrees) << p->name << "[" << k << "]: gradient " << g << ", differences " << backward << " (left) "
                           << central << " (central) " << forward << " (right)";
     }
+  }
+}
+
+// train.step_every_batch: the callback comes after each batch's backward, with that
+// batch's gradients alone (the callback zeroes them, as an optimizer step does), and
+// they are those of the batch's mean loss in one graph.
+TEST(MixedInstances, StepEveryBatchGivesEachBatchItsOwnMeanLoss) {
+  const auto images = make_many_images();
+  const float scale = 2.0f;
+  Network mixed_net = make_network(), reference_net = make_network();
+  ImageModel mixed = mixed_net.image_model();
+  mixed.zero_grad();
+  MixedInstanceStep mixed_step(mixed, {.backend = Backend::cpu, .freeze_bn = false, .tile_batch = 4});
+  add_images(mixed_step, images, 3);
+  std::vector<std::vector<std::vector<float>>> per_batch;  // [batch][parameter] gradient
+  const auto results = mixed_step.train(scale, 8, [&] {
+    std::vector<std::vector<float>> grads;
+    for (net::Parameter* p : mixed.parameters()) grads.push_back(p->grad.defined() ? p->grad.to_vector() : std::vector<float>{});
+    per_batch.push_back(std::move(grads));
+    mixed.zero_grad();
+  });
+  ASSERT_EQ(results.size(), images.size());
+  const Batches batches = distinct_image_batches(tile_counts(images), 4, 8);
+  ASSERT_GT(batches.size(), 3u);
+  ASSERT_EQ(per_batch.size(), batches.size()) << "one callback a batch";
+  ImageModel reference = reference_net.image_model();
+  for (std::size_t b = 0; b < batches.size(); ++b) {
+    reference.zero_grad();
+    batched_loss(reference_net, images, scale, true, {batches[b]}, true);
+    const auto params = reference.parameters();
+    std::size_t compared = 0;
+    for (std::size_t k = 0; k < params.size(); ++k) {
+      if (!params[k]->grad.defined() || per_batch[b][k].empty()) continue;
+      const Tensor actual = Tensor::from_vector(params[k]->grad.shape(), per_batch[b][k]);
+      EXPECT_LT(relative_error(actual, params[k]->grad), 1e-5) << "batch " << b << ", " << params[k]->name;
+      ++compared;
+    }
+    EXPECT_GT(compared, 4u);
   }
 }
 

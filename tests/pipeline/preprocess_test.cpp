@@ -74,5 +74,32 @@ TEST(PerTileNormalization, AFlatTileStaysFlat) {
   EXPECT_NEAR(peak, (1.0 - 1.0 / 256.0) / 255.0 / kFlatTileStd, 1e-4);
 }
 
+// data.normalize: highpass: a smooth illumination ramp across the tile leaves the
+// input of a thin bright stroke nearly as it was, where per-tile standardisation
+// alone keeps the ramp (it fills most of the tile's variance).
+TEST(HighpassNormalization, RemovesASmoothRampAndKeepsAStroke) {
+  auto stroke_on_ramp = [](double ramp) {
+    cv::Mat tile(48, 48, CV_8UC1);
+    for (int y = 0; y < 48; ++y)
+      for (int x = 0; x < 48; ++x) tile.at<std::uint8_t>(y, x) = static_cast<std::uint8_t>(60 + ramp * x);
+    for (int y = 10; y < 38; ++y) tile.at<std::uint8_t>(y, 24) = static_cast<std::uint8_t>(tile.at<std::uint8_t>(y, 24) + 80);
+    return tile;
+  };
+  Preprocessing highpass = per_tile();
+  highpass.highpass_sigma = 2.0;
+  const cv::Mat flat = stroke_on_ramp(0.0), ramped = stroke_on_ramp(2.5);  // 0 -> 117 grey levels across
+  auto interior_difference = [](const std::vector<float>& a, const std::vector<float>& b) {
+    double worst = 0.0;
+    for (int y = 8; y < 40; ++y)
+      for (int x = 8; x < 40; ++x) worst = std::max(worst, std::abs(double{a[y * 48 + x]} - b[y * 48 + x]));
+    return worst;
+  };
+  const std::vector<float> high_flat = preprocessed(flat, highpass), high_ramped = preprocessed(ramped, highpass);
+  EXPECT_LT(interior_difference(high_flat, high_ramped), 0.15);
+  EXPECT_GT(high_flat[20 * 48 + 24], 3.0) << "the stroke stands out";
+  EXPECT_GT(interior_difference(preprocessed(flat, per_tile()), preprocessed(ramped, per_tile())), 1.0)
+      << "without the high pass the ramp changes the input";
+}
+
 }  // namespace
 }  // namespace bigtrain

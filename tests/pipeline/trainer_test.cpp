@@ -33,7 +33,8 @@ class TrainerTest : public ::testing::Test {
   }
   static void TearDownTestSuite() { if (!std::getenv("BIGTRAIN_KEEP_TEST_RUNS")) fs::remove_all(root_); }
 
-  static Config config(const std::string& run, const std::vector<std::string>& extra = {}) {
+  static Config config(const std::string& run, const std::vector<std::string>& extra = {},
+                       const std::string& aggregator = "{kind: attention, hidden: 16}") {
     const std::string text = fmt::format(R"(data:
   train: {0}/train.csv
   val: {0}/val.csv
@@ -45,7 +46,7 @@ model:
   in_channels: 1
   width: 0.25
   stem: {{kernel: 5, stride: 2, maxpool: false}}
-aggregator: {{kind: attention, hidden: 16}}
+aggregator: {2}
 train:
   epochs: 8
   images_per_step: 4
@@ -62,7 +63,7 @@ train:
 device: {{type: cpu, threads: 2}}
 output: {{dir: {1}}}
 )",
-                                         (root_ / "data").string(), (root_ / run).string());
+                                         (root_ / "data").string(), (root_ / run).string(), aggregator);
     return parse_config(text, "trainer_test.yaml", extra);
   }
 
@@ -122,6 +123,70 @@ TEST_F(TrainerTest, ResumedRunEqualsTheUninterruptedOne) {
   // Resuming a run that is not there, or starting over one that is, is refused.
   EXPECT_THROW(Trainer(config("nowhere", short_run), true), Error);
   EXPECT_THROW(Trainer(config("whole", short_run), false), Error);
+}
+
+std::int64_t steps_taken(const fs::path& run) {
+  const auto state = net::read_safetensors(run / "checkpoints" / "last.training.safetensors");
+  std::int32_t steps = 0;
+  const auto& bytes = state.tensors.at("steps_taken").bytes;
+  EXPECT_EQ(bytes.size(), sizeof(steps));
+  std::memcpy(&steps, bytes.data(), sizeof(steps));
+  return steps;
+}
+
+// train.step_every_batch: an update after every mixed tile batch, many more than one
+// per images_per_step images, at the same rates (the schedule counts image groups).
+TEST_F(TrainerTest, StepEveryBatchUpdatesPerBatchOnTheGroupsSchedule) {
+  const std::vector<std::string> mixed = {"train.epochs=2", "train.mix_tiles=true", "train.freeze_bn=false",
+                                          "tiler.max_tiles_per_image=6"};
+  std::vector<std::string> per_batch = mixed;
+  per_batch.push_back("train.step_every_batch=true");
+  Trainer groups(config("per_group", mixed, "{kind: instance}"), false);
+  const TrainOutcome grouped = groups.run();
+  Trainer batches(config("per_batch", per_batch, "{kind: instance}"), false);
+  const TrainOutcome batched = batches.run();
+  // 80 images, 4 a step: 20 steps an epoch; each step's ~24 tiles come in batches of
+  // at most 4 (one tile of each image).
+  EXPECT_EQ(steps_taken(root_ / "per_group"), 40);
+  EXPECT_GE(steps_taken(root_ / "per_batch"), 40 * 4);
+  ASSERT_EQ(grouped.rows.size(), batched.rows.size());
+  std::size_t train_rows = 0;
+  for (std::size_t i = 0; i < grouped.rows.size(); ++i) {
+    if (grouped.rows[i].split != "train") continue;
+    EXPECT_DOUBLE_EQ(batched.rows[i].learning_rate, grouped.rows[i].learning_rate) << "epoch " << grouped.rows[i].epoch;
+    EXPECT_GT(batched.rows[i].learning_rate, 0.0);
+    ++train_rows;
+  }
+  EXPECT_EQ(train_rows, 2u);
+}
+
+// train.encoder_lr_scale: 0 trains the head alone (frozen BatchNorm keeps the
+// statistics too), so two probes at different rates share every encoder tensor, the
+// initial one, and differ in the head; a run at the full rate moves the encoder.
+TEST_F(TrainerTest, EncoderLrScaleZeroTrainsTheHeadAlone) {
+  const std::vector<std::string> probe = {"train.epochs=1", "train.encoder_lr_scale=0"};
+  std::vector<std::string> faster = probe, whole = {"train.epochs=1"};
+  faster.push_back("train.lr=0.02");
+  Trainer(config("probe_a", probe), false).run();
+  Trainer(config("probe_b", faster), false).run();
+  Trainer(config("probe_whole", whole), false).run();
+  const auto a = net::read_safetensors(root_ / "probe_a" / "checkpoints" / "last.safetensors");
+  const auto b = net::read_safetensors(root_ / "probe_b" / "checkpoints" / "last.safetensors");
+  const auto w = net::read_safetensors(root_ / "probe_whole" / "checkpoints" / "last.safetensors");
+  std::size_t encoder_tensors = 0, encoder_moved = 0;
+  for (const auto& [key, tensor] : a.tensors) {
+    ASSERT_TRUE(b.tensors.contains(key)) << key;
+    const bool head = key.starts_with("fc.");
+    if (head) {
+      EXPECT_NE(tensor.bytes, b.tensors.at(key).bytes) << key << ": the head trains";
+    } else if (!key.starts_with("aggregator.")) {
+      EXPECT_EQ(tensor.bytes, b.tensors.at(key).bytes) << key << ": a frozen encoder tensor moved";
+      ++encoder_tensors;
+      if (key.ends_with("weight") && tensor.bytes != w.tensors.at(key).bytes) ++encoder_moved;
+    }
+  }
+  EXPECT_GT(encoder_tensors, 4u);
+  EXPECT_GT(encoder_moved, 2u) << "at the full rate the encoder's weights move";
 }
 
 }  // namespace
