@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <numeric>
 
+#include <spdlog/spdlog.h>
+
 #include "kernels/core/error.hpp"
 #include "pipeline/common/random.hpp"
 #include "pipeline/data/foreground_cache.hpp"
@@ -71,9 +73,19 @@ ImageTiling image_tiling(const std::string& path, const TilerConfig& config, boo
       const tiler::Thumbnail thumbnail = tiler::make_thumbnail(*plan.source, 1024, plan.full_scale);
       const tiler::ForegroundMask mask = tiler::foreground_mask(thumbnail, foreground);
       std::vector<cv::Rect> kept;
-      for (const auto& tile : grid.tiles())
-        if (tiler::foreground_fraction(mask, plan.sampling, tile.rect) >= config.min_foreground)
-          kept.push_back(tile.rect);
+      std::vector<double> fractions;
+      for (const auto& tile : grid.tiles()) {
+        fractions.push_back(tiler::foreground_fraction(mask, plan.sampling, tile.rect));
+        if (fractions.back() >= config.min_foreground) kept.push_back(tile.rect);
+      }
+      if (!kept.empty() || fractions.empty()) return kept;
+      // One image of hundreds whose objects are fainter than the threshold should
+      // neither stop the run nor vanish from it: it keeps its most foreground tiles.
+      const double most = *std::max_element(fractions.begin(), fractions.end());
+      for (std::size_t i = 0; i < fractions.size(); ++i)
+        if (fractions[i] == most) kept.push_back(grid.tiles()[i].rect);
+      spdlog::warn("{}: no tile reaches tiler.min_foreground = {} ({}); keeping the {} with the most foreground ({:.4f})",
+                   path, config.min_foreground, choice_name(config.background), kept.size(), most);
       return kept;
     });
   } else {

@@ -211,7 +211,7 @@ std::vector<MixedImageResult> MixedInstanceStep::train(float loss_scale, std::ui
   net::ForwardContext encoder_ctx;
   encoder_ctx.backend = options_.backend;
   encoder_ctx.training = true;
-  encoder_ctx.keep_activations = true;
+  encoder_ctx.keep_activations = options_.train_encoder;
   encoder_ctx.freeze_bn = options_.freeze_bn;
   encoder_ctx.update_bn_running_stats = !options_.freeze_bn;
   encoder_ctx.compute_dtype = options_.encoder_compute_dtype;
@@ -256,7 +256,8 @@ std::vector<MixedImageResult> MixedInstanceStep::train(float loss_scale, std::ui
                                 static_cast<float>(rows));
       }
     }
-    model_.encoder->backward(model_.head->backward(host_dlogits.to(device)));
+    Tensor dfeatures = model_.head->backward(host_dlogits.to(device));
+    if (options_.train_encoder) model_.encoder->backward(dfeatures);
     if (after_batch) after_batch();
   }
 

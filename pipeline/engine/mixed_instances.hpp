@@ -49,6 +49,11 @@ struct MixedInstanceOptions {
   // unlikely tiles are negatives. The mean-log-probability vote is unchanged: tiles
   // trained to uniform add the same to every class.
   std::int64_t top_k = 0;
+  // false (train.encoder_lr_scale: 0, a linear probe): the encoder's weights never
+  // move, so its activations are not kept and its backward, two thirds of a step's
+  // work, is skipped; its parameters get no gradient. BatchNorm's statistics still
+  // follow the data unless frozen.
+  bool train_encoder = true;
 };
 
 struct MixedImageResult {

@@ -805,7 +805,8 @@ Trainer::Trainer(Config config, bool resume, std::optional<Backend> backend) : s
                                             .label_smoothing = static_cast<float>(c.train.label_smoothing),
                                             .encoder_compute_dtype = compute_dtype,
                                             .tile_batch = c.train.tile_batch,
-                                            .top_k = c.train.instance_top_k});
+                                            .top_k = c.train.instance_top_k,
+                                            .train_encoder = c.train.encoder_lr_scale > 0.0});
   if (c.tiler.mode == TilerMode::stream) {
     try {
       s.stream_step = std::make_unique<StreamStep>(

@@ -60,5 +60,33 @@ TEST(ForegroundCache, SameTilesAsFilteringAgainAndFilteredOnce) {
   fs::remove_all(dir);
 }
 
+// An image where no tile reaches min_foreground keeps the tiles with the most
+// foreground instead of stopping the run; they are a subset of what a laxer
+// threshold keeps, led by its most foreground tile.
+TEST(ForegroundCache, AnImageNoTileReachesKeepsItsMostForegroundTiles) {
+  const fs::path dir = testing::fresh_scratch_dir("bigtrain_foreground_fallback_test");
+  testing::make_test_demo_data({.out = dir.string(), .size = 600, .classes = {1, 2}, .train = 1, .val = 0, .test = 0,
+                                .block_size = 128, .seed = 3, .background = "textured", .strokes = 4, .fragments = 4});
+  TilerConfig config;
+  config.tile = 64;
+  config.overlap = 16;
+  config.background = tiler::BackgroundMode::local_contrast;
+  config.foreground = Foreground::bright;
+  const std::string image = (dir / "train" / "00000.tif").string();
+  clear_foreground_cache();
+  config.min_foreground = 0.001;
+  const ImageTiling lax = image_tiling(image, config, false, 0, 0);
+  ASSERT_LT(lax.tiles.size(), static_cast<std::size_t>(lax.grid_tiles)) << "the test needs a filter that drops tiles";
+  config.min_foreground = 1.0;  // no tile of digits and strokes is all foreground
+  const ImageTiling strict = image_tiling(image, config, false, 0, 0);
+  ASSERT_FALSE(strict.tiles.empty());
+  EXPECT_LT(strict.tiles.size(), lax.tiles.size());
+  for (const cv::Rect& tile : strict.tiles)
+    EXPECT_NE(std::find(lax.tiles.begin(), lax.tiles.end(), tile), lax.tiles.end());
+  EXPECT_EQ(strict.background_dropped, strict.grid_tiles - static_cast<std::int64_t>(strict.tiles.size()));
+  clear_foreground_cache();
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace bigtrain

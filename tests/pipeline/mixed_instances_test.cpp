@@ -4,6 +4,8 @@
 // graph over the same batch, and of finite differences of the step's loss.
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include <cmath>
 #include <memory>
 #include <set>
@@ -277,6 +279,45 @@ TEST(MixedInstances, StepEveryBatchGivesEachBatchItsOwnMeanLoss) {
     }
     EXPECT_GT(compared, 4u);
   }
+}
+
+// A frozen encoder (a linear probe) skips its backward: the head's gradients are the
+// full step's, the encoder's parameters get none.
+TEST(MixedInstances, AFrozenEncoderSkipsItsBackwardAndTheHeadsGradientsStay) {
+  const auto images = make_many_images();
+  auto gradients = [&](bool train_encoder) {
+    Network network = make_network();
+    ImageModel model = network.image_model();
+    model.zero_grad();
+    MixedInstanceStep step(model, {.backend = Backend::cpu, .freeze_bn = false, .tile_batch = 4,
+                                   .train_encoder = train_encoder});
+    add_images(step, images, 3);
+    const auto results = step.train(1.0f, 8);
+    EXPECT_EQ(results.size(), images.size());
+    std::map<std::string, Tensor> grads;
+    for (net::Parameter* p : model.parameters())
+      if (p->grad.defined()) grads[p->name] = p->grad.clone();
+    std::set<std::string> encoder;
+    for (net::Parameter* p : network.model->encoder().parameters()) encoder.insert(p->name);
+    return std::pair{grads, encoder};
+  };
+  const auto [whole, encoder] = gradients(true);
+  const auto [probe, same_encoder] = gradients(false);
+  std::size_t heads = 0, encoders = 0;
+  for (const auto& [name, grad] : whole) {
+    const auto it = probe.find(name);
+    if (encoder.contains(name)) {
+      ++encoders;
+      if (it == probe.end()) continue;
+      for (float g : it->second.to_vector()) ASSERT_EQ(g, 0.0f) << name << ": a frozen encoder's parameter got a gradient";
+    } else {
+      ASSERT_NE(it, probe.end()) << name;
+      EXPECT_LT(relative_error(it->second, grad), 1e-6) << name << ": the head's gradient changed";
+      ++heads;
+    }
+  }
+  EXPECT_GT(heads, 0u);
+  EXPECT_GT(encoders, 4u) << "the full step's encoder has gradients";
 }
 
 TEST(MixedInstances, TheShuffleSeedDecidesWhichTilesShareABatch) {
