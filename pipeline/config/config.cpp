@@ -190,8 +190,10 @@ DeviceConfig read_device(ConfigSection s) {
   return d;
 }
 
-PretrainConfig read_pretrain(ConfigSection s) {
+PretrainConfig read_pretrain(ConfigSection s, Normalization data_normalize) {
   PretrainConfig p;
+  p.normalize = read_choice(s, "normalize", data_normalize);
+  p.tile_batch = s.get_int("tile_batch", p.tile_batch, 0, 1'000'000);
   p.epochs = s.get_int("epochs", p.epochs, 0, 1'000'000);
   p.method = read_choice(s, "method", p.method);
   p.temperature = s.get_double("temperature", p.temperature, 1e-3, 10.0);
@@ -306,7 +308,7 @@ Config parse_node(YAML::Node root, std::shared_ptr<ConfigOrigin> origin, const s
                             "with AVX512_BF16); use precision fp32 or bf16 with device: cpu");
   {
     ConfigSection pretrain = top.section("pretrain");
-    config.pretrain = read_pretrain(pretrain);
+    config.pretrain = read_pretrain(pretrain, config.data.normalize);
     // A quarter turn must map a tile onto itself, and stream mode has no tiles.
     if (config.pretrain.epochs > 0 && config.tiler.mode == TilerMode::stream)
       pretrain.fail("epochs", "pretraining trains on tiles; tiler.mode stream has none");
@@ -454,6 +456,8 @@ std::string config_to_yaml(const Config& c) {
   out << YAML::Key << "projection_dim" << YAML::Value << c.pretrain.projection_dim;
   out << YAML::Key << "lr" << YAML::Value << c.pretrain.lr;
   out << YAML::Key << "images_per_step" << YAML::Value << c.pretrain.images_per_step;
+  out << YAML::Key << "tile_batch" << YAML::Value << c.pretrain.tile_batch;
+  out << YAML::Key << "normalize" << YAML::Value << std::string(choice_name(c.pretrain.normalize));
   out << YAML::EndMap;
 
   out << YAML::Key << "output" << YAML::Value << YAML::BeginMap;

@@ -176,6 +176,10 @@ struct PretrainConfig {
   PretextMethod method = PretextMethod::rotation;
   double lr = 0.0;                   // 0: train.lr
   std::int64_t images_per_step = 0;  // 0: train.images_per_step
+  std::int64_t tile_batch = 0;       // 0: train.tile_batch
+  // Of the pretext's inputs only; absent: data.normalize. A high pass can make a
+  // tile's smooth background useless to the pretext while training sees it whole.
+  Normalization normalize = Normalization::dataset;
   // contrastive: NT-Xent's temperature and the projection's output width.
   double temperature = 0.2;
   std::int64_t projection_dim = 64;

@@ -12,12 +12,12 @@
 
 #include "kernels/core/error.hpp"
 #include "net/linear.hpp"
-#include "net/optimizer.hpp"
 #include "net/relu.hpp"
 #include "net/sequential.hpp"
 #include "pipeline/data/image_tiling.hpp"
 #include "pipeline/data/preprocess.hpp"
 #include "pipeline/data/tile_stream.hpp"
+#include "pipeline/train/pretext_common.hpp"
 
 namespace bigtrain {
 namespace {
@@ -125,35 +125,19 @@ std::vector<PretextEpoch> pretrain_by_contrast(const Config& config, const std::
                                                net::Encoder& encoder, Backend backend, std::uint64_t seed,
                                                const std::function<bool()>& stop_requested) {
   const PretrainConfig& p = config.pretrain;
-  BT_CHECK(p.epochs > 0, "pretraining: pretrain.epochs must be positive");
-  BT_CHECK(!train.empty(), "pretraining: no training images");
-  const std::int64_t images_per_step = p.images_per_step > 0 ? p.images_per_step : config.train.images_per_step;
-  const double lr = p.lr > 0 ? p.lr : config.train.lr;
-  const std::int64_t tile_batch = config.train.tile_batch;
-  BT_CHECK(tile_batch >= 2, "contrastive pretraining: train.tile_batch must be at least 2 (a tile and a negative), "
-                            "got {}", tile_batch);
+  const PretextPlan plan = plan_pretext(config, train.size());
+  const std::int64_t tile_batch = plan.tile_batch;
+  BT_CHECK(tile_batch >= 2, "contrastive pretraining: the batch (pretrain.tile_batch, else train.tile_batch) must "
+                            "hold at least 2 tiles (a tile and a negative), got {}", tile_batch);
 
   const Device device = backend_device(backend);
   auto projection = make_projection(encoder.feature_dim(), p.projection_dim, mix_seed(seed, kHead));
   projection->to(device);
   std::vector<net::Parameter*> params = encoder.parameters();
   for (net::Parameter* q : projection->parameters()) params.push_back(q);
-  net::OptimizerConfig optimizer_config;
-  optimizer_config.kind = config.train.optimizer;
-  optimizer_config.lr = lr;
-  optimizer_config.weight_decay = config.train.weight_decay;
-  optimizer_config.momentum = config.train.momentum;
-  optimizer_config.decay_norm_and_bias = false;
-  auto optimizer = net::make_optimizer(optimizer_config, params, backend);
-  const auto images = static_cast<std::int64_t>(train.size());
-  const std::int64_t steps_per_epoch = (images + images_per_step - 1) / images_per_step;
   // The schedule counts groups of images (the batch count depends on the tiles each
   // image keeps); every batch of a group steps at its group's rate.
-  net::LrScheduleConfig schedule;
-  schedule.kind = net::LrScheduleKind::cosine;
-  schedule.warmup_steps = config.train.warmup_steps;
-  schedule.t_max = std::max<std::int64_t>(1, steps_per_epoch * p.epochs - config.train.warmup_steps);
-  optimizer->set_schedule(net::LrSchedule(schedule));
+  auto optimizer = make_pretext_optimizer(config, plan, params, backend);
 
   net::ForwardContext ctx;
   ctx.backend = backend;
@@ -165,19 +149,15 @@ std::vector<PretextEpoch> pretrain_by_contrast(const Config& config, const std::
   const int channels = static_cast<int>(encoder.spec().in_channels);
   std::vector<PretextEpoch> history;
   spdlog::info("pretraining the encoder by contrast (SimCLR): {} epochs over the tiles of {} training images, "
-               "batches of {} tiles (2 views each) across {} images, temperature {}, lr {}",
-               p.epochs, images, tile_batch, images_per_step, p.temperature, lr);
+               "batches of {} tiles (2 views each) across {} images, temperature {}, lr {}, {} normalisation",
+               p.epochs, plan.images, tile_batch, plan.images_per_step, p.temperature, plan.lr,
+               choice_name(p.normalize));
   for (std::int64_t epoch = 1; epoch <= p.epochs; ++epoch) {
     const auto e = static_cast<std::uint64_t>(epoch);
     const auto started = std::chrono::steady_clock::now();
-    std::vector<std::size_t> order(train.size());
-    std::iota(order.begin(), order.end(), std::size_t{0});
-    SplitMix64 order_rng(mix_seed(seed, kOrder, e));
-    seeded_shuffle(order, order_rng);
-    std::vector<StreamJob> jobs;
-    for (std::size_t image : order) jobs.push_back({image, 1});
+    const std::vector<StreamJob> jobs = pretext_epoch_jobs(train.size(), mix_seed(seed, kOrder, e));
     TileStream stream({tile_batch, config.device.tiles_in_flight, static_cast<int>(config.device.threads)},
-                      Preprocessing::from_config(config, channels, true));
+                      pretext_preprocessing(config, channels));
     PretextEpoch row;
     row.epoch = epoch;
     double loss_sum = 0.0, correct = 0.0;
@@ -185,7 +165,7 @@ std::vector<PretextEpoch> pretrain_by_contrast(const Config& config, const std::
     Shape tile_shape;
     std::vector<float> pool;  // the group's tiles, host [n, C, T, T]
     auto train_group = [&] {
-      optimizer->set_schedule_clock((epoch - 1) * steps_per_epoch + group);
+      optimizer->set_schedule_clock((epoch - 1) * plan.groups_per_epoch + group);
       const auto floats = static_cast<std::size_t>(tile_shape[1] * tile_shape[2] * tile_shape[3]);
       const auto tiles = static_cast<std::int64_t>(pool.size() / floats);
       std::vector<std::int64_t> shuffled(static_cast<std::size_t>(tiles));
@@ -209,7 +189,7 @@ std::vector<PretextEpoch> pretrain_by_contrast(const Config& config, const std::
         if (!std::isfinite(batch.loss))
           throw Error(fmt::format("the contrastive pretext loss is {} at pretraining epoch {} (images {}..{} of the "
                                   "epoch's order); lower pretrain.lr",
-                                  batch.loss, epoch, group * images_per_step, (group + 1) * images_per_step - 1));
+                                  batch.loss, epoch, group * plan.images_per_step, (group + 1) * plan.images_per_step - 1));
         encoder.backward(projection->backward(dprojected.to(device)));
         optimizer->step();
         optimizer->zero_grad();
@@ -220,10 +200,7 @@ std::vector<PretextEpoch> pretrain_by_contrast(const Config& config, const std::
       pool.clear();
       images_in_group = 0;
       ++group;
-      if (stop_requested())
-        throw Error(fmt::format("interrupted during pretraining (epoch {} of {}); nothing of it was kept, and no "
-                                "checkpoint exists yet: start the run again",
-                                epoch, p.epochs));
+      if (stop_requested()) throw_pretext_interrupted(epoch, p.epochs);
     };
     optimizer->zero_grad();
     stream.run(
@@ -243,7 +220,7 @@ std::vector<PretextEpoch> pretrain_by_contrast(const Config& config, const std::
           pool.insert(pool.end(), pixels.data<float>(), pixels.data<float>() + pixels.numel());
           row.tiles += pixels.dim(0);
           if (!batch.last_of_job) return;
-          if (++images_in_group == images_per_step) train_group();
+          if (++images_in_group == plan.images_per_step) train_group();
         });
     if (images_in_group > 0) train_group();
     row.loss = loss_sum / static_cast<double>(std::max<std::int64_t>(views_total, 1));

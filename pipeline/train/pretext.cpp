@@ -11,12 +11,12 @@
 #include "kernels/core/error.hpp"
 #include "net/aggregator.hpp"
 #include "net/linear.hpp"
-#include "net/optimizer.hpp"
 #include "pipeline/common/random.hpp"
 #include "pipeline/data/image_tiling.hpp"
 #include "pipeline/data/preprocess.hpp"
 #include "pipeline/data/tile_stream.hpp"
 #include "pipeline/engine/mixed_instances.hpp"
+#include "pipeline/train/pretext_common.hpp"
 
 namespace bigtrain {
 namespace {
@@ -59,10 +59,7 @@ std::vector<PretextEpoch> pretrain_by_rotation(const Config& config, const std::
                                                net::Encoder& encoder, Backend backend, std::uint64_t seed,
                                                const std::function<bool()>& stop_requested) {
   const PretrainConfig& p = config.pretrain;
-  BT_CHECK(p.epochs > 0, "pretraining: pretrain.epochs must be positive");
-  BT_CHECK(!train.empty(), "pretraining: no training images");
-  const std::int64_t images_per_step = p.images_per_step > 0 ? p.images_per_step : config.train.images_per_step;
-  const double lr = p.lr > 0 ? p.lr : config.train.lr;
+  const PretextPlan plan = plan_pretext(config, train.size());
 
   const Device device = backend_device(backend);
   net::Linear head("pretext_head", encoder.feature_dim(), kTurns, mix_seed(seed, kHead));
@@ -73,39 +70,21 @@ std::vector<PretextEpoch> pretrain_by_rotation(const Config& config, const std::
   MixedInstanceStep step(model, MixedInstanceOptions{.backend = backend,
                                                      .freeze_bn = false,
                                                      .encoder_compute_dtype = config.train.precision,
-                                                     .tile_batch = config.train.tile_batch,
+                                                     .tile_batch = plan.tile_batch,
                                                      .distinct_images = false});
-  net::OptimizerConfig optimizer_config;
-  optimizer_config.kind = config.train.optimizer;
-  optimizer_config.lr = lr;
-  optimizer_config.weight_decay = config.train.weight_decay;
-  optimizer_config.momentum = config.train.momentum;
-  optimizer_config.decay_norm_and_bias = false;
-  auto optimizer = net::make_optimizer(optimizer_config, model.parameters(), backend);
-  const auto images = static_cast<std::int64_t>(train.size());
-  const std::int64_t steps_per_epoch = (images + images_per_step - 1) / images_per_step;
-  net::LrScheduleConfig schedule;
-  schedule.kind = net::LrScheduleKind::cosine;
-  schedule.warmup_steps = config.train.warmup_steps;
-  schedule.t_max = std::max<std::int64_t>(1, steps_per_epoch * p.epochs - config.train.warmup_steps);
-  optimizer->set_schedule(net::LrSchedule(schedule));
+  auto optimizer = make_pretext_optimizer(config, plan, model.parameters(), backend);
 
   const int channels = static_cast<int>(encoder.spec().in_channels);
   std::vector<PretextEpoch> history;
   spdlog::info("pretraining the encoder by rotation prediction: {} epochs over the tiles of {} training images, "
-               "{} images a step, lr {}",
-               p.epochs, images, images_per_step, lr);
+               "{} images a step, lr {}, {} normalisation",
+               p.epochs, plan.images, plan.images_per_step, plan.lr, choice_name(p.normalize));
   for (std::int64_t epoch = 1; epoch <= p.epochs; ++epoch) {
     const auto e = static_cast<std::uint64_t>(epoch);
     const auto started = std::chrono::steady_clock::now();
-    std::vector<std::size_t> order(train.size());
-    std::iota(order.begin(), order.end(), std::size_t{0});
-    SplitMix64 order_rng(mix_seed(seed, kOrder, e));
-    seeded_shuffle(order, order_rng);
-    std::vector<StreamJob> schedule_jobs;
-    for (std::size_t image : order) schedule_jobs.push_back({image, 1});
-    TileStream stream({config.train.tile_batch, config.device.tiles_in_flight, static_cast<int>(config.device.threads)},
-                      Preprocessing::from_config(config, channels, true));
+    const std::vector<StreamJob> schedule_jobs = pretext_epoch_jobs(train.size(), mix_seed(seed, kOrder, e));
+    TileStream stream({plan.tile_batch, config.device.tiles_in_flight, static_cast<int>(config.device.threads)},
+                      pretext_preprocessing(config, channels));
     PretextEpoch row;
     row.epoch = epoch;
     double loss_sum = 0.0;
@@ -113,7 +92,7 @@ std::vector<PretextEpoch> pretrain_by_rotation(const Config& config, const std::
     auto take_step = [&] {
       // train.step_every_batch: an update after every tile batch, at the rate of the
       // schedule's position in groups of images, as in training.
-      if (config.train.step_every_batch) optimizer->set_schedule_clock((epoch - 1) * steps_per_epoch + step_index);
+      if (config.train.step_every_batch) optimizer->set_schedule_clock((epoch - 1) * plan.groups_per_epoch + step_index);
       const std::vector<MixedImageResult> results =
           config.train.step_every_batch
               ? step.train(1.0f, mix_seed(seed, kShuffle, e, step_index),
@@ -133,10 +112,7 @@ std::vector<PretextEpoch> pretrain_by_rotation(const Config& config, const std::
       optimizer->zero_grad();
       images_in_step = 0;
       ++step_index;
-      if (stop_requested())
-        throw Error(fmt::format("interrupted during pretraining (epoch {} of {}); nothing of it was kept, and no "
-                                "checkpoint exists yet: start the run again",
-                                epoch, p.epochs));
+      if (stop_requested()) throw_pretext_interrupted(epoch, p.epochs);
     };
     optimizer->zero_grad();
     stream.run(
@@ -163,7 +139,7 @@ std::vector<PretextEpoch> pretrain_by_rotation(const Config& config, const std::
           row.tiles += rows;
           if (!batch.last_of_job) return;
           ++images_in_step;
-          if (images_in_step == images_per_step) take_step();
+          if (images_in_step == plan.images_per_step) take_step();
         });
     if (images_in_step > 0) take_step();
     row.loss = loss_sum / static_cast<double>(std::max<std::int64_t>(row.tiles, 1));

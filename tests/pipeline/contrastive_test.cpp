@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <filesystem>
 
 #include <fmt/format.h>
 
@@ -15,11 +14,10 @@
 #include "tests/support/demo_dataset.hpp"
 #include "tests/support/error_of.hpp"
 #include "tests/support/op_check.hpp"
+#include "tests/support/pretext_suite.hpp"
 
 namespace bigtrain {
 namespace {
-
-namespace fs = std::filesystem;
 
 Tensor host(const std::vector<float>& values, std::int64_t rows, std::int64_t cols) {
   return Tensor::from_vector({rows, cols}, values);
@@ -97,38 +95,21 @@ TEST(ContrastiveView, RelightsCropsAndAddsNoiseDeterministically) {
   EXPECT_NE(a, c);
 }
 
-class ContrastiveTest : public ::testing::Test {
+class ContrastiveTest : public testing::PretextSuite {
  protected:
-  static void SetUpTestSuite() {
-    root_ = testing::fresh_scratch_dir("bigtrain_contrastive_test");
-    testing::make_test_demo_data({.out = (root_ / "data").string(), .size = 128, .classes = {0, 1, 2, 3},
-                                  .train = 32, .val = 4, .test = 0, .label_digits = 3, .other_digits = 0,
-                                  .clutter_lines = 0, .block_size = 32, .seed = 5});
-  }
-  static void TearDownTestSuite() { fs::remove_all(root_); }
+  static void SetUpTestSuite() { make_set("bigtrain_contrastive_test", 32); }
 
   static Config config(int epochs) {
-    return parse_config(fmt::format(R"(data: {{train: {0}/train.csv, val: {0}/val.csv, mean: [0.1], std: [0.3]}}
-tiler: {{tile: 64, overlap: 32, border: shift}}
-model: {{preset: small, in_channels: 1, width: 0.5, stem: {{kernel: 5, stride: 2, maxpool: false}}}}
-aggregator: {{kind: instance}}
-train: {{images_per_step: 8, tile_batch: 16, lr: 0.003, weight_decay: 0, warmup_steps: 0}}
-pretrain: {{epochs: {1}, method: contrastive, temperature: 0.2}}
-device: {{type: cpu}}
-)",
-                                    (root_ / "data").string(), epochs),
-                        "contrastive.yaml");
+    return pretext_config("{images_per_step: 8, tile_batch: 16, lr: 0.003, weight_decay: 0, warmup_steps: 0}",
+                          fmt::format("{{epochs: {}, method: contrastive, temperature: 0.2}}", epochs),
+                          "contrastive.yaml");
   }
 
   static std::vector<PretextEpoch> pretrain(const Config& c) {
-    const Dataset dataset = load_dataset(c.data, 0);
-    YAML::Node node = YAML::Clone(c.model);
-    node["num_classes"] = 4;
-    net::Model model(net::model_spec_from_yaml(node, "contrastive.yaml"), 7);
-    return pretrain_by_contrast(c, dataset.train, model.encoder(), Backend::cpu, 11, [] { return false; });
+    const auto model = four_class_model(c);
+    return pretrain_by_contrast(c, load_dataset(c.data, 0).train, model->encoder(), Backend::cpu, 11,
+                                [] { return false; });
   }
-
-  static inline fs::path root_;
 };
 
 TEST_F(ContrastiveTest, LearnsToFindEachTilesTwinDeterministically) {
@@ -150,6 +131,20 @@ TEST_F(ContrastiveTest, LearnsToFindEachTilesTwinDeterministically) {
     EXPECT_EQ(again[i].loss, history[i].loss) << "epoch " << i + 1;
     EXPECT_EQ(again[i].tile_accuracy, history[i].tile_accuracy);
   }
+}
+
+TEST_F(ContrastiveTest, ItsBatchIsPretrainsTileBatchWhenGiven) {
+  Config c = config(1);
+  c.train.tile_batch = 1;  // the instance vote may train a tile at a time; SimCLR needs negatives
+  const std::string message = testing::error_of([&] { pretrain(c); });
+  EXPECT_NE(message.find("pretrain.tile_batch"), std::string::npos) << message;
+  EXPECT_NE(message.find("at least 2"), std::string::npos) << message;
+  c.pretrain.tile_batch = 16;
+  c.pretrain.epochs = 1;
+  const auto history = pretrain(c);
+  ASSERT_EQ(history.size(), 1u);
+  EXPECT_EQ(history[0].tiles, 32 * 9);
+  EXPECT_GT(history[0].tile_accuracy, 0.0);
 }
 
 TEST(ContrastiveConfig, NamesTheMethodsOnABadOne) {

@@ -2,7 +2,6 @@
 // learning what only upright shapes reveal, deterministically.
 #include <gtest/gtest.h>
 
-#include <filesystem>
 
 #include <fmt/format.h>
 #include <opencv2/core.hpp>
@@ -14,11 +13,10 @@
 #include "tests/support/demo_dataset.hpp"
 #include "tests/support/error_of.hpp"
 #include "tests/support/op_check.hpp"
+#include "tests/support/pretext_suite.hpp"
 
 namespace bigtrain {
 namespace {
-
-namespace fs = std::filesystem;
 
 TEST(Pretext, QuarterTurnIsOpenCvsCounterClockwiseRotation) {
   const std::int64_t channels = 2, size = 5;
@@ -40,38 +38,20 @@ TEST(Pretext, QuarterTurnIsOpenCvsCounterClockwiseRotation) {
   }
 }
 
-class PretextTest : public ::testing::Test {
+class PretextTest : public testing::PretextSuite {
  protected:
-  static void SetUpTestSuite() {
-    root_ = testing::fresh_scratch_dir("bigtrain_pretext_test");
-    testing::make_test_demo_data({.out = (root_ / "data").string(), .size = 128, .classes = {0, 1, 2, 3},
-                                  .train = 48, .val = 4, .test = 0, .label_digits = 3, .other_digits = 0,
-                                  .clutter_lines = 0, .block_size = 32, .seed = 5});
-  }
-  static void TearDownTestSuite() { fs::remove_all(root_); }
+  static void SetUpTestSuite() { make_set("bigtrain_pretext_test", 48); }
 
   static Config config(int epochs) {
-    return parse_config(fmt::format(R"(data: {{train: {0}/train.csv, val: {0}/val.csv, mean: [0.1], std: [0.3]}}
-tiler: {{tile: 64, overlap: 32, border: shift}}
-model: {{preset: small, in_channels: 1, width: 0.5, stem: {{kernel: 5, stride: 2, maxpool: false}}}}
-aggregator: {{kind: instance}}
-train: {{images_per_step: 2, tile_batch: 32, lr: 0.003, weight_decay: 0, warmup_steps: 0}}
-pretrain: {{epochs: {1}}}
-device: {{type: cpu}}
-)",
-                                    (root_ / "data").string(), epochs),
-                        "pretext.yaml");
+    return pretext_config("{images_per_step: 2, tile_batch: 32, lr: 0.003, weight_decay: 0, warmup_steps: 0}",
+                          fmt::format("{{epochs: {}}}", epochs), "pretext.yaml");
   }
 
   static std::vector<PretextEpoch> pretrain(const Config& c) {
-    const Dataset dataset = load_dataset(c.data, 0);
-    YAML::Node node = YAML::Clone(c.model);
-    node["num_classes"] = 4;
-    net::Model model(net::model_spec_from_yaml(node, "pretext.yaml"), 7);
-    return pretrain_by_rotation(c, dataset.train, model.encoder(), Backend::cpu, 11, [] { return false; });
+    const auto model = four_class_model(c);
+    return pretrain_by_rotation(c, load_dataset(c.data, 0).train, model->encoder(), Backend::cpu, 11,
+                                [] { return false; });
   }
-
-  static inline fs::path root_;
 };
 
 TEST_F(PretextTest, LearnsTheTurnOfUprightDigitsDeterministically) {
