@@ -215,5 +215,19 @@ TEST(Config, DataPathsAreRelativeToTheConfigFile) {
   std::filesystem::remove_all(dir);
 }
 
+// Every config the repository ships is one a user can run: it parses with no
+// unknown key or bad value (its data need not exist yet).
+TEST(Config, EveryShippedConfigParses) {
+  int parsed = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(BIGTRAIN_SOURCE_DIR "/configs")) {
+    if (entry.path().extension() != ".yaml") continue;
+    SCOPED_TRACE(entry.path().string());
+    const Config config = load_config(entry.path().string());
+    EXPECT_FALSE(config.data.train.empty());
+    ++parsed;
+  }
+  EXPECT_GE(parsed, 6);
+}
+
 }  // namespace
 }  // namespace bigtrain
