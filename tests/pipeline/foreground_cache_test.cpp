@@ -14,15 +14,22 @@ namespace bigtrain {
 namespace {
 namespace fs = std::filesystem;
 
-TEST(ForegroundCache, SameTilesAsFilteringAgainAndFilteredOnce) {
-  const fs::path dir = testing::fresh_scratch_dir("bigtrain_foreground_cache_test");
-  testing::make_test_demo_data({.out = dir.string(), .size = 600, .classes = {1, 2}, .train = 2, .val = 0, .test = 0,
-                                .block_size = 128, .seed = 1, .background = "textured", .strokes = 4, .fragments = 4});
+// Tiles of 64 every 48, the local-contrast filter looking for bright objects: what
+// the textured demo canvases need.
+TilerConfig bright_objects_on_texture() {
   TilerConfig config;
   config.tile = 64;
   config.overlap = 16;
   config.background = tiler::BackgroundMode::local_contrast;
   config.foreground = Foreground::bright;
+  return config;
+}
+
+TEST(ForegroundCache, SameTilesAsFilteringAgainAndFilteredOnce) {
+  const fs::path dir = testing::fresh_scratch_dir("bigtrain_foreground_cache_test");
+  testing::make_test_demo_data({.out = dir.string(), .size = 600, .classes = {1, 2}, .train = 2, .val = 0, .test = 0,
+                                .block_size = 128, .seed = 1, .background = "textured", .strokes = 4, .fragments = 4});
+  TilerConfig config = bright_objects_on_texture();
   config.min_foreground = 0.01;
   const std::string image = (dir / "train" / "00001.tif").string();
 
@@ -67,11 +74,7 @@ TEST(ForegroundCache, AnImageNoTileReachesKeepsItsMostForegroundTiles) {
   const fs::path dir = testing::fresh_scratch_dir("bigtrain_foreground_fallback_test");
   testing::make_test_demo_data({.out = dir.string(), .size = 600, .classes = {1, 2}, .train = 1, .val = 0, .test = 0,
                                 .block_size = 128, .seed = 3, .background = "textured", .strokes = 4, .fragments = 4});
-  TilerConfig config;
-  config.tile = 64;
-  config.overlap = 16;
-  config.background = tiler::BackgroundMode::local_contrast;
-  config.foreground = Foreground::bright;
+  TilerConfig config = bright_objects_on_texture();
   const std::string image = (dir / "train" / "00000.tif").string();
   clear_foreground_cache();
   config.min_foreground = 0.001;
