@@ -22,6 +22,8 @@ void Conv2dSpec::validate() const {
                in_w + 2 * pad_w >= std::int64_t{dilation_w} * (kernel_w - 1) + 1,
            "conv2d: input {}x{} with padding {}x{} is smaller than the dilated kernel {}x{} (dilation {}x{})", in_h,
            in_w, pad_h, pad_w, kernel_h, kernel_w, dilation_h, dilation_w);
+  BT_CHECK(!epilogue.batch_norm || epilogue.bn_epsilon > 0.0f, "conv2d: the fused BatchNorm's epsilon {} must be positive",
+           epilogue.bn_epsilon);
   BT_CHECK(compute_dtype == DType::f32 || compute_dtype == DType::bf16 || compute_dtype == DType::f16,
            "conv2d: compute type {} is not one of float32, bfloat16, float16", dtype_name(compute_dtype));
 }
@@ -37,19 +39,40 @@ class CheckedConv2d final : public Conv2d {
       : backend_(backend), spec_(spec), impl_(std::move(impl)) {}
 
   void forward(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y) override {
+    BT_CHECK(!spec_.epilogue.any(), "conv2d: a layer created with a fused epilogue runs through forward_fused");
     expect(x, spec_.input_shape(), "x");
     expect(weight, spec_.weight_shape(), "weight");
     expect_bias(bias, "bias");
     expect(y, spec_.output_shape(), "y");
     impl_->forward(x, weight, bias, y);
   }
+  void forward_fused(const Tensor& x, const Tensor& weight, const Tensor* bias, const ConvEpilogueInputs& epilogue,
+                     Tensor& y) override {
+    const ConvEpilogue& wanted = spec_.epilogue;
+    BT_CHECK(wanted.any(), "conv2d: forward_fused on a layer created without an epilogue");
+    expect(x, spec_.input_shape(), "x");
+    expect(weight, spec_.weight_shape(), "weight");
+    expect_bias(bias, "bias");
+    expect(y, spec_.output_shape(), "y");
+    const Shape channels{spec_.out_channels};
+    expect_present(epilogue.gamma, wanted.batch_norm, channels, "gamma");
+    expect_present(epilogue.beta, wanted.batch_norm, channels, "beta");
+    expect_present(epilogue.running_mean, wanted.batch_norm, channels, "running_mean");
+    expect_present(epilogue.running_var, wanted.batch_norm, channels, "running_var");
+    expect_present(epilogue.residual, wanted.residual, spec_.output_shape(), "residual");
+    BT_CHECK(epilogue.residual == nullptr || epilogue.residual->raw_data() != y.raw_data(),
+             "conv2d: the residual must not be the output tensor (the epilogue reads it while writing y)");
+    impl_->forward_fused(x, weight, bias, epilogue, y);
+  }
   void backward_data(const Tensor& dy, const Tensor& weight, Tensor& dx) override {
+    expect_unfused("backward_data");
     expect(dy, spec_.output_shape(), "dy");
     expect(weight, spec_.weight_shape(), "weight");
     expect(dx, spec_.input_shape(), "dx");
     impl_->backward_data(dy, weight, dx);
   }
   void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dweight, Tensor* dbias) override {
+    expect_unfused("backward_weights");
     expect(x, spec_.input_shape(), "x");
     expect(dy, spec_.output_shape(), "dy");
     expect(dweight, spec_.weight_shape(), "dweight");
@@ -62,6 +85,15 @@ class CheckedConv2d final : public Conv2d {
     expect_tensor(t, shape, backend_, "conv2d", name);
     BT_CHECK(t.dtype() == DType::f32, "conv2d: argument `{}` is {}, only float32 is implemented", name,
              dtype_name(t.dtype()));
+  }
+  void expect_present(const Tensor* t, bool wanted, const Shape& shape, const char* name) const {
+    BT_CHECK((t != nullptr) == wanted, "conv2d: epilogue tensor `{}` {} but the layer's epilogue {} it", name,
+             t ? "was given" : "is missing", wanted ? "needs" : "does not use");
+    if (t) expect(*t, shape, name);
+  }
+  void expect_unfused(const char* pass) const {
+    BT_CHECK(!spec_.epilogue.any(),
+             "conv2d: {} on a layer with a fused epilogue, which keeps none of the tensors backward needs", pass);
   }
   void expect_bias(const Tensor* bias, const char* name) const {
     BT_CHECK((bias != nullptr) == spec_.bias, "conv2d: `{}` {} but the layer was created {}", name,

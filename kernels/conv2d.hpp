@@ -9,6 +9,32 @@
 
 namespace bigtrain::kernels {
 
+// What a fused forward applies to the convolution's output (bias included), in the
+// order the separate layers would: BatchNorm with its running statistics (inference,
+// or frozen), the residual add, ReLU. One op instead of three passes over memory for
+// the passes that keep no activations (inference, evaluation, pass 1 of training with
+// frozen BatchNorm); a fused op has no backward, since backward needs the
+// intermediate tensors it never writes.
+struct ConvEpilogue {
+  bool batch_norm = false;
+  float bn_epsilon = 1e-5f;
+  bool residual = false;
+  bool relu = false;
+  bool any() const { return batch_norm || residual || relu; }
+  friend bool operator==(const ConvEpilogue&, const ConvEpilogue&) = default;
+};
+
+// The epilogue's tensors: BatchNorm's gamma, beta, running mean and running variance
+// ([out_channels] each) when epilogue.batch_norm; the residual (the output's shape)
+// when epilogue.residual. Unused ones stay null.
+struct ConvEpilogueInputs {
+  const Tensor* gamma = nullptr;
+  const Tensor* beta = nullptr;
+  const Tensor* running_mean = nullptr;
+  const Tensor* running_var = nullptr;
+  const Tensor* residual = nullptr;
+};
+
 struct Conv2dSpec {
   std::int64_t batch = 1, in_channels = 1, out_channels = 1, in_h = 1, in_w = 1;
   int kernel_h = 1, kernel_w = 1;
@@ -21,6 +47,8 @@ struct Conv2dSpec {
   // op rounds x, weight and dy to this type and accumulates in float32. f32, bf16
   // or f16; the reference backend defines the result (kernels/reference/round_to_dtype.hpp).
   DType compute_dtype = DType::f32;
+  // Not empty: the op is forward-only and runs through forward_fused.
+  ConvEpilogue epilogue;
 
   std::int64_t out_h() const { return (in_h + 2 * pad_h - dilation_h * (kernel_h - 1) - 1) / stride_h + 1; }
   std::int64_t out_w() const { return (in_w + 2 * pad_w - dilation_w * (kernel_w - 1) - 1) / stride_w + 1; }
@@ -37,6 +65,9 @@ class Conv2d {
  public:
   virtual ~Conv2d() = default;
   virtual void forward(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y) = 0;
+  // For a spec with an epilogue: y = epilogue(conv(x) + bias).
+  virtual void forward_fused(const Tensor& x, const Tensor& weight, const Tensor* bias,
+                             const ConvEpilogueInputs& epilogue, Tensor& y) = 0;
   virtual void backward_data(const Tensor& dy, const Tensor& weight, Tensor& dx) = 0;
   // Overwrites dweight (and dbias when given); callers accumulate across batches.
   virtual void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dweight, Tensor* dbias) = 0;

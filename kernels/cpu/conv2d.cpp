@@ -1,7 +1,9 @@
 #include "kernels/cpu/conv2d.hpp"
 
+#include <cmath>
 #include <optional>
 #include <unordered_map>
+#include <vector>
 
 #include <spdlog/spdlog.h>
 
@@ -43,6 +45,27 @@ dnnl::primitive_attr user_scratchpad() {
   return attr;
 }
 
+// Post-op positions of the fused BatchNorm's per-channel multiply and add; their
+// second operands are bound at these indices.
+constexpr int kScalePostOp = 0, kShiftPostOp = 1;
+
+// The epilogue as oneDNN post-ops on the convolution's output: BatchNorm as a
+// per-channel multiply and add (computed from the statistics at each call, so an
+// optimizer step or a checkpoint load needs no invalidation), the residual as a sum
+// into the preloaded output, ReLU as an eltwise post-op.
+dnnl::primitive_attr forward_attr(const ConvEpilogue& epilogue, const memory::desc& per_channel) {
+  dnnl::primitive_attr attr = user_scratchpad();
+  dnnl::post_ops ops;
+  if (epilogue.batch_norm) {
+    ops.append_binary(dnnl::algorithm::binary_mul, per_channel);
+    ops.append_binary(dnnl::algorithm::binary_add, per_channel);
+  }
+  if (epilogue.residual) ops.append_sum(1.0f);
+  if (epilogue.relu) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+  attr.set_post_ops(ops);
+  return attr;
+}
+
 class DnnlConv2d final : public Conv2d {
  public:
   explicit DnnlConv2d(const Conv2dSpec& spec) : spec_(spec) {
@@ -67,11 +90,15 @@ class DnnlConv2d final : public Conv2d {
     // directly: no rounding of the results, unlike cuDNN's pseudo-bf16.
     operand_type_ = spec.compute_dtype == DType::bf16 ? dt::bf16 : dt::f32;
 
-    dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
+    // A fused op never runs backward, so it may take the inference kernels.
+    const auto kind =
+        spec.epilogue.any() ? dnnl::prop_kind::forward_inference : dnnl::prop_kind::forward_training;
+    dnnl::convolution_forward::desc desc(kind, dnnl::algorithm::convolution_direct,
                                          any_desc(src_dims_, operand_type_), any_desc(weight_dims_, operand_type_),
                                          bias_desc_, any_desc(dst_dims_, dt::f32), strides_, dilates_, padding_l_,
                                          padding_r_);
-    fwd_pd_ = dnnl::convolution_forward::primitive_desc(desc, user_scratchpad(), engine());
+    const memory::desc per_channel({1, spec.out_channels, 1, 1}, dt::f32, memory::format_tag::nchw);
+    fwd_pd_ = dnnl::convolution_forward::primitive_desc(desc, forward_attr(spec.epilogue, per_channel), engine());
     fwd_ = dnnl::convolution_forward(fwd_pd_);
     warn_if_reference("forward", fwd_pd_.impl_info_str(), spec);
     fwd_src_.init(plain_desc(src_dims_), fwd_pd_.src_desc(), LayoutBridge::Role::input);
@@ -84,18 +111,25 @@ class DnnlConv2d final : public Conv2d {
                  {DNNL_ARG_DST, fwd_dst_.primitive_memory()},
                  {DNNL_ARG_SCRATCHPAD, fwd_scratch_}};
     if (spec.bias) fwd_args_[DNNL_ARG_BIAS] = fwd_bias_;
+    if (spec.epilogue.batch_norm) {
+      const auto channels = static_cast<std::size_t>(spec.out_channels);
+      bn_scale_.resize(channels);
+      bn_shift_.resize(channels);
+      fwd_args_[DNNL_ARG_ATTR_MULTIPLE_POST_OP(kScalePostOp) | DNNL_ARG_SRC_1] =
+          memory(per_channel, engine(), bn_scale_.data());
+      fwd_args_[DNNL_ARG_ATTR_MULTIPLE_POST_OP(kShiftPostOp) | DNNL_ARG_SRC_1] =
+          memory(per_channel, engine(), bn_shift_.data());
+    }
   }
 
   void forward(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y) override {
-    Tensor src_tmp, weights_tmp, dst_tmp, scratch;
-    fwd_src_.bind(x.raw_data(), src_tmp);
-    fwd_weights_.bind(weight.raw_data(), weights_tmp);
-    fwd_dst_.bind(y.raw_data(), dst_tmp);
-    if (bias) fwd_bias_.set_data_handle(bias->raw_data());
-    bind_buffer(fwd_scratch_, fwd_pd_.scratchpad_desc().get_size(), scratch);
-    fwd_.execute(stream(), fwd_args_);
-    fwd_dst_.finish();
-    stream().wait();
+    run_forward(x, weight, bias, nullptr, y);
+  }
+
+  void forward_fused(const Tensor& x, const Tensor& weight, const Tensor* bias, const ConvEpilogueInputs& epilogue,
+                     Tensor& y) override {
+    if (spec_.epilogue.batch_norm) fold_batch_norm(epilogue);
+    run_forward(x, weight, bias, epilogue.residual, y);
   }
 
   void backward_data(const Tensor& dy, const Tensor& weight, Tensor& dx) override {
@@ -132,6 +166,31 @@ class DnnlConv2d final : public Conv2d {
     } catch (const dnnl::error& e) {
       throw Error(fmt::format("conv2d (cpu): oneDNN cannot build the {} primitive for input {} weight {}: {}", pass,
                               shape_str(spec_.input_shape()), shape_str(spec_.weight_shape()), e.what()));
+    }
+  }
+
+  void run_forward(const Tensor& x, const Tensor& weight, const Tensor* bias, const Tensor* residual, Tensor& y) {
+    Tensor src_tmp, weights_tmp, dst_tmp, scratch;
+    fwd_src_.bind(x.raw_data(), src_tmp);
+    fwd_weights_.bind(weight.raw_data(), weights_tmp);
+    fwd_dst_.bind(y.raw_data(), dst_tmp);
+    if (residual) fwd_dst_.preload(residual->raw_data());
+    if (bias) fwd_bias_.set_data_handle(bias->raw_data());
+    bind_buffer(fwd_scratch_, fwd_pd_.scratchpad_desc().get_size(), scratch);
+    fwd_.execute(stream(), fwd_args_);
+    fwd_dst_.finish();
+    stream().wait();
+  }
+
+  // BatchNorm with running statistics is y = a*x + b per channel; a and b as the CPU
+  // BatchNorm computes them (kernels/cpu/batch_norm.cpp), in double then rounded.
+  void fold_batch_norm(const ConvEpilogueInputs& epilogue) {
+    const float *gamma = epilogue.gamma->f32(), *beta = epilogue.beta->f32();
+    const float *mean = epilogue.running_mean->f32(), *var = epilogue.running_var->f32();
+    for (std::size_t c = 0; c < bn_scale_.size(); ++c) {
+      const double a = gamma[c] / std::sqrt(static_cast<double>(var[c]) + spec_.epilogue.bn_epsilon);
+      bn_scale_[c] = static_cast<float>(a);
+      bn_shift_[c] = static_cast<float>(beta[c] - mean[c] * a);
     }
   }
 
@@ -204,6 +263,7 @@ class DnnlConv2d final : public Conv2d {
   LayoutBridge fwd_src_, fwd_weights_, fwd_dst_;
   memory fwd_bias_, fwd_scratch_;
   Args fwd_args_;
+  std::vector<float> bn_scale_, bn_shift_;  // the fused BatchNorm's a and b; sized once, bound in fwd_args_
 
   dnnl::convolution_backward_data::primitive_desc bwd_data_pd_;
   std::optional<dnnl::convolution_backward_data> bwd_data_;

@@ -6,7 +6,9 @@
 
 #include "kernels/core/error.hpp"
 #include "kernels/cuda/cast.hpp"
+#include "kernels/cuda/check.hpp"
 #include "kernels/cuda/context.hpp"
+#include "kernels/cuda/conv_epilogue_kernels.hpp"
 #include "kernels/cuda/cudnn_descriptors.hpp"
 
 namespace bigtrain::kernels::cuda {
@@ -139,6 +141,19 @@ class CudnnConv2d final : public Conv2d {
       BT_CUDNN_CHECK(cudnnAddTensor(context_.cudnn(), &kOne, bias_desc_.get(), bias->raw_data(), &kOne,
                                     y_f32_desc_.get(), y.raw_data()));
     }
+  }
+
+  // cuDNN's fused convolution-bias-activation has no BatchNorm and no residual
+  // between bias and activation; one element-wise kernel after it does all three.
+  void forward_fused(const Tensor& x, const Tensor& weight, const Tensor* bias, const ConvEpilogueInputs& epilogue,
+                     Tensor& y) override {
+    forward(x, weight, bias, y);
+    const ConvEpilogue& steps = spec_.epilogue;
+    const auto data = [](const Tensor* t) { return t ? t->data<float>() : nullptr; };
+    BT_CUDA_CHECK(::bigtrain::cuda::launch::conv_epilogue(
+        y.data<float>(), data(epilogue.gamma), data(epilogue.beta), data(epilogue.running_mean),
+        data(epilogue.running_var), steps.bn_epsilon, data(epilogue.residual), steps.relu, spec_.out_channels,
+        spec_.out_h() * spec_.out_w(), y.numel(), context_.compute_stream()));
   }
 
   void backward_data(const Tensor& dy, const Tensor& weight, Tensor& dx) override {

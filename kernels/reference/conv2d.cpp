@@ -3,6 +3,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/reference/batch_norm.hpp"
+#include "kernels/reference/elementwise.hpp"
 #include "kernels/reference/round_to_dtype.hpp"
 
 namespace bigtrain::kernels::reference {
@@ -121,6 +123,21 @@ class ReferenceConv2d final : public Conv2d {
   // The bias is added in float32 unrounded (cuDNN adds it to the float32 output).
   void forward(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y) override {
     conv2d_forward(spec_, in(x).get(), in(weight).get(), bias ? bias->f32() : nullptr, y.f32());
+  }
+  // The separate layers' own reference loops, in their order on the float32 output:
+  // fused and unfused results are bit-identical here, so the exactness tests that
+  // compare a fused pass with a kept one (streaming, two-pass) stay exact.
+  void forward_fused(const Tensor& x, const Tensor& weight, const Tensor* bias, const ConvEpilogueInputs& epilogue,
+                     Tensor& y) override {
+    forward(x, weight, bias, y);
+    const ConvEpilogue& steps = spec_.epilogue;
+    if (steps.batch_norm) {
+      const BatchNormSpec bn{spec_.batch, spec_.out_channels, spec_.out_h(), spec_.out_w(), steps.bn_epsilon};
+      batch_norm_forward_inference<float>(bn, y.f32(), epilogue.gamma->f32(), epilogue.beta->f32(),
+                                          epilogue.running_mean->f32(), epilogue.running_var->f32(), y.f32());
+    }
+    if (steps.residual) add(y, *epilogue.residual, y);
+    if (steps.relu) relu_forward(y, y);
   }
   void backward_data(const Tensor& dy, const Tensor& weight, Tensor& dx) override {
     conv2d_backward_data(spec_, in(dy).get(), in(weight).get(), dx.f32());
