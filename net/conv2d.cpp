@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "kernels/core/error.hpp"
+#include "net/batch_norm.hpp"
 #include "net/init.hpp"
 
 namespace bigtrain::net {
@@ -68,6 +69,22 @@ Tensor Conv2d::forward(const Tensor& x, const ForwardContext& ctx) {
   Tensor y = Tensor::empty(spec.output_shape(), DType::f32, backend_device(ctx.backend));
   op(ctx.backend, spec).forward(x, weight_.value, options_.bias ? &bias_.value : nullptr, y);
   if (ctx.keep_activations) saved_.push_back({ctx.backend, spec, x});
+  return y;
+}
+
+Tensor Conv2d::forward_fused(const Tensor& x, const ForwardContext& ctx, BatchNorm2d& bn, const Tensor* residual,
+                             bool relu) {
+  BT_CHECK(!ctx.keep_activations, "conv `{}`: a fused forward keeps nothing for backward", name());
+  BT_CHECK(bn.channels() == options_.out_channels, "conv `{}` has {} output channels but batch norm `{}` has {}",
+           name(), options_.out_channels, bn.name(), bn.channels());
+  kernels::Conv2dSpec spec = spec_for(x.shape());
+  spec.compute_dtype = ctx.compute_dtype;
+  spec.epilogue = {.batch_norm = true, .bn_epsilon = BatchNorm2d::kEpsilon, .residual = residual != nullptr,
+                   .relu = relu};
+  Tensor y = Tensor::empty(spec.output_shape(), DType::f32, backend_device(ctx.backend));
+  const kernels::ConvEpilogueInputs epilogue{&bn.weight().value, &bn.bias().value, &bn.running_mean().value,
+                                             &bn.running_var().value, residual};
+  op(ctx.backend, spec).forward_fused(x, weight_.value, options_.bias ? &bias_.value : nullptr, epilogue, y);
   return y;
 }
 

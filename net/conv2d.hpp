@@ -32,6 +32,8 @@ enum class ConvInit {
   kaiming_normal_fan_out  // torchvision's ResNet: N(0, 2/fan_out) weight, bias 0
 };
 
+class BatchNorm2d;
+
 class Conv2d final : public Layer {
  public:
   // Initialised from the stream (seed, parameter name), see net/init.hpp.
@@ -40,6 +42,10 @@ class Conv2d final : public Layer {
 
   Tensor forward(const Tensor& x, const ForwardContext& ctx) override;
   Tensor backward(const Tensor& dy) override;
+  // This convolution, then `bn` (running statistics), then + residual when given,
+  // then ReLU when relu, as one op that keeps nothing (net/conv_bn_fusion.hpp).
+  Tensor forward_fused(const Tensor& x, const ForwardContext& ctx, BatchNorm2d& bn, const Tensor* residual,
+                       bool relu);
   LayerFootprint describe(const Shape& input, const PlanContext& ctx) const override;
   ReceptiveField receptive_field(const ForwardContext& ctx) const override;
   void collect_state(StateRefs& refs) override;

@@ -2,7 +2,9 @@
 // The kernel op objects of one layer, one per (backend, shape). Ops build their
 // oneDNN primitives / cuDNN plans once in their constructor; a layer sees a few
 // shapes at most (the full tile batch, the smaller last batch, a validation batch),
-// so a short most-recently-used list is enough and bounds what is held.
+// so a short most-recently-used list is enough and bounds what is held. A
+// convolution holds up to twice as many: each shape also fused with its BatchNorm
+// (net/conv_bn_fusion.hpp) for the passes that keep nothing.
 #include <algorithm>
 #include <cstddef>
 #include <memory>
@@ -16,7 +18,7 @@ namespace bigtrain::net {
 template <typename Spec, typename Op>
 class OpCache {
  public:
-  static constexpr std::size_t kCapacity = 4;
+  static constexpr std::size_t kCapacity = 8;
 
   // The op for (backend, spec), made by make(backend, spec) on a miss.
   template <typename Make>

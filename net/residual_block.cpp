@@ -5,6 +5,8 @@
 
 #include "kernels/core/error.hpp"
 #include "kernels/elementwise.hpp"
+#include "net/batch_norm.hpp"
+#include "net/conv_bn_fusion.hpp"
 #include "net/memory_plan.hpp"
 
 namespace bigtrain::net {
@@ -19,6 +21,7 @@ void ResidualBlock::make_downsample(std::int64_t in_channels, std::int64_t out_c
 }
 
 Tensor ResidualBlock::forward(const Tensor& x, const ForwardContext& ctx) {
+  if (fuses_conv_bn(ctx) && dynamic_cast<BatchNorm2d*>(&last_bn()) != nullptr) return fused_forward(x, ctx);
   Tensor out = main_forward(x, ctx);
   Tensor identity = x;
   if (downsample_conv_) {
@@ -29,6 +32,18 @@ Tensor ResidualBlock::forward(const Tensor& x, const ForwardContext& ctx) {
   kernels::add(ctx.backend, out, identity, out);
   if (ctx.keep_activations) saved_backends_.push_back(ctx.backend);
   return relu_out_.forward(out, ctx);
+}
+
+// The shortcut runs first, so that the main branch's last convolution can add it
+// and apply the output ReLU in its epilogue; inference then holds the shortcut
+// during the main branch (one more activation, only in downsampling blocks).
+Tensor ResidualBlock::fused_forward(const Tensor& x, const ForwardContext& ctx) {
+  const Tensor identity =
+      downsample_conv_ ? forward_fusing_conv_bn({downsample_conv_.get(), downsample_bn_.get()}, x, ctx) : x;
+  std::vector<Layer*> main;
+  // The block owns these layers; main_layers() is const for the planner's sake.
+  for (const Layer* layer : main_layers()) main.push_back(const_cast<Layer*>(layer));
+  return forward_fusing_conv_bn(main, x, ctx, &identity);
 }
 
 Tensor ResidualBlock::backward(const Tensor& dy) {

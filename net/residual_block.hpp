@@ -50,6 +50,9 @@ class ResidualBlock : public Layer {
   std::int64_t out_channels_ = 0;
 
  private:
+  // The whole block as fused ops (net/conv_bn_fusion.hpp).
+  Tensor fused_forward(const Tensor& x, const ForwardContext& ctx);
+
   std::unique_ptr<Conv2d> downsample_conv_;
   std::unique_ptr<NormLayer> downsample_bn_;
   ReLU relu_out_{child_name(*this, "relu_out"), /*inplace=*/true};

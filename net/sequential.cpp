@@ -1,11 +1,17 @@
 #include "net/sequential.hpp"
 
 #include "kernels/core/error.hpp"
+#include "net/conv_bn_fusion.hpp"
 #include "net/memory_plan.hpp"
 
 namespace bigtrain::net {
 
 Tensor Sequential::forward(const Tensor& x, const ForwardContext& ctx) {
+  if (fuses_conv_bn(ctx)) {
+    std::vector<Layer*> layers;
+    for (auto& layer : layers_) layers.push_back(layer.get());
+    return forward_fusing_conv_bn(layers, x, ctx);
+  }
   Tensor h = x;
   for (auto& layer : layers_) h = layer->forward(h, ctx);  // the previous h is freed unless a layer kept it
   return h;

@@ -1,0 +1,126 @@
+// Convolution + BatchNorm (+ residual add) (+ ReLU) fusion in whole networks
+// (net/conv_bn_fusion.hpp): the fused forward equals the layer-by-layer one (bit for
+// bit on the reference backend, within float rounding elsewhere) for every preset's
+// stem, blocks and shortcuts, in inference and in a frozen-BatchNorm pass 1; passes
+// that keep activations or use batch statistics are never fused.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "net/conv_bn_fusion.hpp"
+#include "net/model.hpp"
+#include "tests/net/net_testing.hpp"
+
+namespace bigtrain::net {
+namespace {
+
+using namespace bigtrain::testing;
+
+// A trained network's BatchNorms are far from the identity they start as: random
+// running statistics, scales and shifts make a wrong fusion (a missing or doubled
+// normalisation, a channel off by one) change the output.
+void randomise_batch_norms(Model& model) {
+  StateRefs refs = model.state();
+  std::uint64_t seed = 1000;
+  for (Buffer* buffer : refs.buffers) {
+    const bool variance = buffer->name.ends_with("running_var");
+    buffer->value = random_tensor(buffer->value.shape(), ++seed, variance ? 0.5f : -0.2f, variance ? 2.0f : 0.2f);
+  }
+  for (Parameter* parameter : refs.parameters) {
+    if (parameter->value.rank() != 1 || parameter->name.starts_with("fc.")) continue;  // BatchNorm's gamma, beta
+    const bool gamma = parameter->name.ends_with("weight");
+    parameter->value = random_tensor(parameter->value.shape(), ++seed, gamma ? 0.6f : -0.3f, gamma ? 1.4f : 0.3f);
+  }
+}
+
+struct Preset {
+  std::string name;
+  std::int64_t side;
+};
+void PrintTo(const Preset& p, std::ostream* os) { *os << p.name; }  // gtest prints the name, not bytes
+
+ModelSpec grey_model(const std::string& preset) {
+  ModelSpec spec;
+  spec.encoder = EncoderSpec::preset_spec(preset);
+  spec.encoder.in_channels = 1;
+  spec.num_classes = 5;
+  return spec;
+}
+
+std::vector<float> logits_of(Model& model, const Tensor& x, ForwardContext ctx, bool fuse) {
+  ctx.fuse_conv_bn = fuse;
+  return model.forward(x, ctx).to(Device::cpu()).to_vector();
+}
+
+class ConvBnFusion : public ::testing::TestWithParam<std::tuple<Backend, Preset>> {};
+
+TEST_P(ConvBnFusion, FusedForwardEqualsTheLayers) {
+  const auto& [backend, preset] = GetParam();
+  BT_SKIP_UNLESS_AVAILABLE(backend);
+  Model model(grey_model(preset.name), 7);
+  randomise_batch_norms(model);
+  model.to(backend_device(backend));
+  const Tensor x = on_backend(random_tensor({2, 1, preset.side, preset.side}, 3), backend);
+
+  ForwardContext frozen_pass1{.backend = backend, .training = true, .keep_activations = false, .freeze_bn = true};
+  for (const auto& [what, ctx] : {std::pair{"inference", ForwardContext::inference(backend)},
+                                  std::pair{"frozen-BatchNorm pass 1", frozen_pass1}}) {
+    SCOPED_TRACE(what);
+    ASSERT_TRUE(fuses_conv_bn(ctx));
+    const std::vector<float> fused = logits_of(model, x, ctx, true), layers = logits_of(model, x, ctx, false);
+    if (backend == Backend::reference) {
+      // The reference's fused op runs the layers' own loops (kernels/reference/conv2d.cpp).
+      EXPECT_EQ(fused, layers);
+    } else {
+      // oneDNN applies BatchNorm as a multiply and an add after the convolution's
+      // sum, the layers as one a*x+b (cuDNN: BatchNorm in float32 vs double):
+      // a rounding or two per layer, through ~50 layers.
+      const std::vector<double> fused_d(fused.begin(), fused.end()), layers_d(layers.begin(), layers.end());
+      expect_close(fused_d, layers_d, {2, 5}, {1e-5, 0.0}, "logits");
+    }
+    EXPECT_EQ(model.encoder().saved_count(), 0u);
+  }
+}
+
+std::string case_name(const ::testing::TestParamInfo<std::tuple<Backend, Preset>>& info) {
+  return std::string(backend_name(std::get<0>(info.param))) + "_" + std::get<1>(info.param).name;
+}
+
+// ResNet-18/50: BasicBlock and Bottleneck, with and without downsampling shortcuts,
+// behind torchvision's 7x7 stem and max pool; `small`: conv+BN+ReLU in a Sequential;
+// resnet20: the CIFAR stem. Sides just large enough to reach every stage.
+INSTANTIATE_TEST_SUITE_P(Presets, ConvBnFusion,
+                         ::testing::Combine(::testing::ValuesIn(all_backends()),
+                                            ::testing::Values(Preset{"resnet18", 64}, Preset{"resnet50", 64},
+                                                              Preset{"small", 40}, Preset{"resnet20", 24})),
+                         case_name);
+
+TEST(ConvBnFusionScope, OnlyPassesThatKeepNothingWithRunningStatisticsFuse) {
+  const Backend b = Backend::cpu;
+  EXPECT_TRUE(fuses_conv_bn(ForwardContext::inference(b)));
+  EXPECT_TRUE(fuses_conv_bn({.backend = b, .training = true, .keep_activations = false, .freeze_bn = true}));
+  // Backward needs the intermediates: pass 2 and ordinary training run the layers.
+  EXPECT_FALSE(fuses_conv_bn({.backend = b, .training = true, .keep_activations = true, .freeze_bn = true}));
+  EXPECT_FALSE(fuses_conv_bn(ForwardContext::train(b)));
+  // Batch statistics are only known after the convolution's whole output.
+  EXPECT_FALSE(fuses_conv_bn({.backend = b, .training = true, .keep_activations = false}));
+  ForwardContext off = ForwardContext::inference(b);
+  off.fuse_conv_bn = false;
+  EXPECT_FALSE(fuses_conv_bn(off));
+}
+
+// A kept forward saves what backward needs, layer by layer, and so must not fuse:
+// its backward must then run and equal the unfused graph's (trivially, being it).
+TEST(ConvBnFusionScope, AKeptForwardSavesEveryLayer) {
+  Model model(grey_model("resnet18"), 7);
+  const Tensor x = random_tensor({2, 1, 64, 64}, 3);
+  ForwardContext kept{.backend = Backend::cpu, .training = true, .keep_activations = true, .freeze_bn = true};
+  model.forward(x, kept);
+  EXPECT_GT(model.encoder().saved_count(), 0u);
+  model.clear_saved();
+}
+
+}  // namespace
+}  // namespace bigtrain::net
