@@ -145,7 +145,7 @@ nlohmann::json run_ceiling(int warmup, int iters) {
 // ---- models ---------------------------------------------------------------------
 
 nlohmann::json run_model(const std::string& preset, std::int64_t tile, std::int64_t batch, const std::string& mode,
-                         int warmup, int iters) {
+                         bool fuse_conv_bn, int warmup, int iters) {
   net::ModelSpec spec;
   spec.encoder = net::EncoderSpec::preset_spec(preset);
   spec.encoder.in_channels = 1;
@@ -181,7 +181,8 @@ nlohmann::json run_model(const std::string& preset, std::int64_t tile, std::int6
     });
   } else {
     BT_CHECK(mode == "infer", "unknown mode '{}'; valid: train, infer", mode);
-    const auto ctx = net::ForwardContext::inference(backend);
+    auto ctx = net::ForwardContext::inference(backend);
+    ctx.fuse_conv_bn = fuse_conv_bn;
     seconds = time_iterations(warmup, iters, [&] { model.forward(images, ctx); });
   }
   const double t = median(seconds);
@@ -191,6 +192,7 @@ nlohmann::json run_model(const std::string& preset, std::int64_t tile, std::int6
           {"tile", tile},
           {"batch", batch},
           {"mode", mode},
+          {"fuse_conv_bn", fuse_conv_bn},
           {"median_s", t},
           {"seconds", seconds},
           {"tiles_per_s", static_cast<double>(batch) / t},
@@ -220,11 +222,14 @@ int main(int argc, char** argv) {
   model->add_option("--tile", tile)->capture_default_str();
   model->add_option("--batch", batch)->capture_default_str();
   model->add_option("--mode", mode, "train | infer")->capture_default_str();
+  bool layer_by_layer = false;
+  model->add_flag("--layer-by-layer", layer_by_layer,
+                  "inference without convolution+BatchNorm+ReLU fusion (the fusion's gain, measured in the same run)");
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::warn);
   if (threads > 0) omp_set_num_threads(threads);
   try {
-    const auto result = ceiling->parsed() ? run_ceiling(warmup, iters) : run_model(preset, tile, batch, mode, warmup, iters);
+    const auto result = ceiling->parsed() ? run_ceiling(warmup, iters) : run_model(preset, tile, batch, mode, !layer_by_layer, warmup, iters);
     fmt::print("{}\n", result.dump());
   } catch (const std::exception& e) {
     fmt::print(stderr, "bench_net: {}\n", e.what());
