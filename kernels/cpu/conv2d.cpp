@@ -45,25 +45,44 @@ dnnl::primitive_attr user_scratchpad() {
   return attr;
 }
 
-// Post-op positions of the fused BatchNorm's per-channel multiply and add; their
-// second operands are bound at these indices.
-constexpr int kScalePostOp = 0, kShiftPostOp = 1;
-
-// The epilogue as oneDNN post-ops on the convolution's output: BatchNorm as a
+// BatchNorm of the epilogue as oneDNN post-ops on the convolution's output: a
 // per-channel multiply and add (computed from the statistics at each call, so an
-// optimizer step or a checkpoint load needs no invalidation), the residual as a sum
-// into the preloaded output, ReLU as an eltwise post-op.
-dnnl::primitive_attr forward_attr(const ConvEpilogue& epilogue, const memory::desc& per_channel) {
-  dnnl::primitive_attr attr = user_scratchpad();
+// optimizer step or a checkpoint load needs no invalidation), then ReLU unless a
+// residual comes first. The residual is added after the output is back in NCHW
+// (add_residual), not as a post-op: a `sum` post-op after the BatchNorm's sent
+// oneDNN 2.6 to its reference kernel (ref:any, thousands of times slower), an
+// element-wise add needs the residual reordered into the output's blocked layout,
+// which cost more than the add (ResNet-18 inference at 224, batch 8: 0.88x the
+// unfused network, against 1.04x with the add apart).
+struct EpiloguePostOps {
+  dnnl::primitive_attr attr;
+  int scale = -1, shift = -1;  // post-op positions of the BatchNorm's operands
+};
+
+EpiloguePostOps epilogue_post_ops(const ConvEpilogue& epilogue, const memory::desc& per_channel) {
+  EpiloguePostOps result{user_scratchpad()};
   dnnl::post_ops ops;
   if (epilogue.batch_norm) {
+    result.scale = ops.len();
     ops.append_binary(dnnl::algorithm::binary_mul, per_channel);
+    result.shift = ops.len();
     ops.append_binary(dnnl::algorithm::binary_add, per_channel);
   }
-  if (epilogue.residual) ops.append_sum(1.0f);
-  if (epilogue.relu) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
-  attr.set_post_ops(ops);
-  return attr;
+  if (epilogue.relu && !epilogue.residual) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+  result.attr.set_post_ops(ops);
+  return result;
+}
+
+// y = relu?(y + residual) in one pass, as the CPU's add and ReLU compute it.
+void add_residual(Tensor& y, const Tensor& residual, bool relu) {
+  float* out = y.f32();
+  const float* in = residual.f32();
+  const std::int64_t n = y.numel();
+#pragma omp parallel for simd schedule(static)
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float sum = out[i] + in[i];
+    out[i] = relu && sum < 0.0f ? 0.0f : sum;  // keeps NaN, as torch.relu
+  }
 }
 
 class DnnlConv2d final : public Conv2d {
@@ -90,15 +109,25 @@ class DnnlConv2d final : public Conv2d {
     // directly: no rounding of the results, unlike cuDNN's pseudo-bf16.
     operand_type_ = spec.compute_dtype == DType::bf16 ? dt::bf16 : dt::f32;
 
-    // A fused op never runs backward, so it may take the inference kernels.
-    const auto kind =
-        spec.epilogue.any() ? dnnl::prop_kind::forward_inference : dnnl::prop_kind::forward_training;
-    dnnl::convolution_forward::desc desc(kind, dnnl::algorithm::convolution_direct,
+    dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
                                          any_desc(src_dims_, operand_type_), any_desc(weight_dims_, operand_type_),
                                          bias_desc_, any_desc(dst_dims_, dt::f32), strides_, dilates_, padding_l_,
                                          padding_r_);
+    fwd_pd_ = dnnl::convolution_forward::primitive_desc(desc, user_scratchpad(), engine());
     const memory::desc per_channel({1, spec.out_channels, 1, 1}, dt::f32, memory::format_tag::nchw);
-    fwd_pd_ = dnnl::convolution_forward::primitive_desc(desc, forward_attr(spec.epilogue, per_channel), engine());
+    EpiloguePostOps post_ops;
+    if (spec.epilogue.any()) {
+      // The fused op takes the layouts the plain convolution chose. Left to format
+      // `any`, oneDNN 2.6 answers post-ops with its brgemm kernels on nhwc, whose
+      // reorders from and to NCHW measured 4-6x slower than those to nChw16c
+      // (ResNet-18 inference at 224, batch 8: 0.85x the unfused network's speed).
+      // A fused op never runs backward, so it takes the inference kernels.
+      dnnl::convolution_forward::desc fused(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+                                            fwd_pd_.src_desc(), fwd_pd_.weights_desc(), bias_desc_,
+                                            fwd_pd_.dst_desc(), strides_, dilates_, padding_l_, padding_r_);
+      post_ops = epilogue_post_ops(spec.epilogue, per_channel);
+      fwd_pd_ = dnnl::convolution_forward::primitive_desc(fused, post_ops.attr, engine());
+    }
     fwd_ = dnnl::convolution_forward(fwd_pd_);
     warn_if_reference("forward", fwd_pd_.impl_info_str(), spec);
     fwd_src_.init(plain_desc(src_dims_), fwd_pd_.src_desc(), LayoutBridge::Role::input);
@@ -115,21 +144,22 @@ class DnnlConv2d final : public Conv2d {
       const auto channels = static_cast<std::size_t>(spec.out_channels);
       bn_scale_.resize(channels);
       bn_shift_.resize(channels);
-      fwd_args_[DNNL_ARG_ATTR_MULTIPLE_POST_OP(kScalePostOp) | DNNL_ARG_SRC_1] =
+      fwd_args_[DNNL_ARG_ATTR_MULTIPLE_POST_OP(post_ops.scale) | DNNL_ARG_SRC_1] =
           memory(per_channel, engine(), bn_scale_.data());
-      fwd_args_[DNNL_ARG_ATTR_MULTIPLE_POST_OP(kShiftPostOp) | DNNL_ARG_SRC_1] =
+      fwd_args_[DNNL_ARG_ATTR_MULTIPLE_POST_OP(post_ops.shift) | DNNL_ARG_SRC_1] =
           memory(per_channel, engine(), bn_shift_.data());
     }
   }
 
   void forward(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y) override {
-    run_forward(x, weight, bias, nullptr, y);
+    run_forward(x, weight, bias, y);
   }
 
   void forward_fused(const Tensor& x, const Tensor& weight, const Tensor* bias, const ConvEpilogueInputs& epilogue,
                      Tensor& y) override {
     if (spec_.epilogue.batch_norm) fold_batch_norm(epilogue);
-    run_forward(x, weight, bias, epilogue.residual, y);
+    run_forward(x, weight, bias, y);
+    if (spec_.epilogue.residual) add_residual(y, *epilogue.residual, spec_.epilogue.relu);
   }
 
   void backward_data(const Tensor& dy, const Tensor& weight, Tensor& dx) override {
@@ -169,12 +199,11 @@ class DnnlConv2d final : public Conv2d {
     }
   }
 
-  void run_forward(const Tensor& x, const Tensor& weight, const Tensor* bias, const Tensor* residual, Tensor& y) {
+  void run_forward(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y) {
     Tensor src_tmp, weights_tmp, dst_tmp, scratch;
     fwd_src_.bind(x.raw_data(), src_tmp);
     fwd_weights_.bind(weight.raw_data(), weights_tmp);
     fwd_dst_.bind(y.raw_data(), dst_tmp);
-    if (residual) fwd_dst_.preload(residual->raw_data());
     if (bias) fwd_bias_.set_data_handle(bias->raw_data());
     bind_buffer(fwd_scratch_, fwd_pd_.scratchpad_desc().get_size(), scratch);
     fwd_.execute(stream(), fwd_args_);

@@ -1,7 +1,5 @@
 #include "kernels/cpu/layout_bridge.hpp"
 
-#include <cstring>
-
 #include "kernels/cpu/dnnl_context.hpp"
 
 namespace bigtrain::kernels::cpu {
@@ -46,18 +44,6 @@ void LayoutBridge::bind(const void* data, Tensor& temporary) {
   if (!reordered_) return;
   bind_buffer(inner_, bytes_, temporary);
   if (role_ == Role::input) reorder_.execute(stream(), plain_, inner_);
-}
-
-void LayoutBridge::preload(const void* initial) {
-  const memory::desc plain_desc = plain_.get_desc();
-  if (!reordered_) {
-    if (initial != plain_.get_data_handle())
-      std::memcpy(plain_.get_data_handle(), initial, plain_desc.get_size());
-    return;
-  }
-  memory source(plain_desc, engine(), const_cast<void*>(initial));
-  if (!preload_) preload_.emplace(source, inner_);
-  preload_->execute(stream(), source, inner_);
 }
 
 void LayoutBridge::finish() {

@@ -14,7 +14,6 @@
 // pays the same reorders. The interface trades that for plain tensors everywhere
 // else (reference, tests, checkpoints, other ops).
 #include <cstddef>
-#include <optional>
 
 #include <dnnl.hpp>
 
@@ -45,9 +44,6 @@ class LayoutBridge {
 
   // Points the bridge at `data` for one call; an input is reordered right away.
   void bind(const void* data, Tensor& temporary);
-  // After bind, for an output the primitive accumulates into (oneDNN's sum
-  // post-op): fills the primitive's memory with the plain tensor at `initial`.
-  void preload(const void* initial);
   // After the primitive ran: an output is reordered back into the tensor.
   void finish();
 
@@ -55,7 +51,6 @@ class LayoutBridge {
   Role role_ = Role::input;
   dnnl::memory plain_, inner_;
   dnnl::reorder reorder_;
-  std::optional<dnnl::reorder> preload_;  // plain -> chosen for an output; built on first use
   bool reordered_ = false;
   std::size_t bytes_ = 0;
 };
