@@ -30,6 +30,7 @@
 #include "net/optimizer.hpp"
 #include "net/streaming.hpp"
 #include "net/streaming_memory.hpp"
+#include "pipeline/engine/two_pass.hpp"
 #include "memory_probe.hpp"
 
 namespace bigtrain::bench {
@@ -141,6 +142,105 @@ nlohmann::json run(const std::string& preset, std::int64_t height, std::int64_t 
           {"threads", omp_get_max_threads()}};
 }
 
+// Tile origins along one side: every `tile` pixels, the last shifted to end at the
+// border (tiler.border: shift), so every pixel is in a tile and no tile is padded.
+std::vector<std::int64_t> tile_origins(std::int64_t side, std::int64_t tile) {
+  std::vector<std::int64_t> origins;
+  for (std::int64_t at = 0; at + tile < side; at += tile) origins.push_back(at);
+  origins.push_back(std::max<std::int64_t>(side - tile, 0));
+  return origins;
+}
+
+// The seeds' scenario the two-pass way (pipeline/engine/two_pass.hpp): the image's
+// tiles, all of them, batch by batch through the encoder without kept activations
+// (pass 1), the mean of their features through the head and the loss, then the
+// same batches again keeping activations and backpropagating each batch's rows of
+// dL/dH (pass 2); one SGD step. BatchNorm frozen, as PyTorch's side. The tiles are
+// copied from the image in memory: this measures compute and memory, not reading.
+nlohmann::json run_tiled(const std::string& preset, std::int64_t height, std::int64_t width, std::int64_t tile,
+                         std::int64_t tile_batch, int warmup, int iters) {
+  net::ModelSpec spec;
+  spec.encoder = net::EncoderSpec::preset_spec(preset);
+  spec.encoder.in_channels = 1;
+  spec.num_classes = 2;
+  const Backend backend = Backend::cpu;
+  Allocator& allocator = allocator_for(Device::cpu());
+  allocator.reset_peak();
+  MemoryProbe probe(allocator);
+  probe.begin("model");
+  net::Model model(spec, /*seed=*/0);
+  auto aggregator = net::make_aggregator({.kind = net::AggregatorKind::mean}, model.encoder().feature_dim(), 0);
+  const ImageModel image_model{&model.encoder(), aggregator.get(), &model.head()};
+  std::int64_t parameter_bytes = 0;
+  for (net::Parameter* p : image_model.parameters()) parameter_bytes += p->value.numel() * 4;
+
+  probe.begin("image");
+  Tensor image = Tensor::empty({1, 1, height, width});
+  float* x = image.f32();
+  for (std::int64_t i = 0; i < image.numel(); ++i) x[i] = static_cast<float>((i * 2654435761u) % 1000) / 500.0f - 1.0f;
+  std::vector<std::pair<std::int64_t, std::int64_t>> tiles;
+  for (std::int64_t top : tile_origins(height, tile))
+    for (std::int64_t left : tile_origins(width, tile)) tiles.emplace_back(top, left);
+  const auto count = static_cast<std::int64_t>(tiles.size());
+  const std::int64_t side_h = std::min(tile, height), side_w = std::min(tile, width);
+  auto batch_of = [&](std::int64_t first) {
+    const std::int64_t n = std::min(tile_batch, count - first);
+    Tensor batch = Tensor::empty({n, 1, side_h, side_w});
+    float* out = batch.f32();
+    for (std::int64_t b = 0; b < n; ++b) {
+      const auto [top, left] = tiles[static_cast<std::size_t>(first + b)];
+      for (std::int64_t r = 0; r < side_h; ++r)
+        std::copy_n(x + (top + r) * width + left, side_w, out + (b * side_h + r) * side_w);
+    }
+    return batch;
+  };
+
+  TwoPassStep two_pass(image_model, {.backend = backend, .freeze_bn = true});
+  auto optimizer = net::make_optimizer({.kind = net::OptimizerKind::sgd, .lr = 0.01, .weight_decay = 1e-4, .momentum = 0.9},
+                                       image_model.parameters(), backend);
+  auto step = [&] {
+    probe.begin("pass 1");
+    image_model.zero_grad();
+    two_pass.begin_image(count, /*label=*/1, /*dropout_seed=*/0);
+    for (std::int64_t first = 0; first < count; first += tile_batch) two_pass.pass1_batch(batch_of(first), first);
+    probe.begin("head");
+    two_pass.finish_image(1.0f);
+    probe.begin("pass 2");
+    for (std::int64_t first = 0; first < count; first += tile_batch) two_pass.pass2_batch(batch_of(first), first);
+    two_pass.end_image();
+    probe.begin("optimizer");
+    optimizer->step();
+    probe.begin("between steps");
+  };
+  for (int i = 0; i < warmup; ++i) step();
+  std::vector<double> seconds;
+  for (int i = 0; i < iters; ++i) {
+    const auto start = Clock::now();
+    step();
+    seconds.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  probe.stop();
+  return {{"framework", "bigtrain"},
+          {"mode", "tiled"},
+          {"preset", preset},
+          {"height", height},
+          {"width", width},
+          {"tile", tile},
+          {"tiles", count},
+          {"tile_batch", tile_batch},
+          {"recomputed_fraction", static_cast<double>(count * side_h * side_w) / static_cast<double>(height * width)},
+          {"median_s", median(seconds)},
+          {"seconds", seconds},
+          {"peak_alloc_bytes", allocator.stats().peak_bytes},
+          {"peak_rss_bytes", peak_rss_bytes()},
+          {"process", process_times()},
+          {"sampled_peak_rss_bytes", probe.max_rss()},
+          {"peak_reserved_bytes", probe.max_reserved()},
+          {"parameter_bytes", parameter_bytes},
+          {"memory_phases", probe.report()},
+          {"threads", omp_get_max_threads()}};
+}
+
 }  // namespace
 }  // namespace bigtrain::bench
 
@@ -159,11 +259,20 @@ int main(int argc, char** argv) {
   app.add_option("--tile", tile, "streaming tile side in pixels")->capture_default_str();
   bool plan_only = false;
   app.add_flag("--plan-only", plan_only, "print the tile plan and the planned memory, run nothing");
+  std::string mode = "stream";
+  app.add_option("--mode", mode, "stream (the trunk over the whole image, tile by tile) | tiled (two-pass MIL "
+                                 "over the image's tiles, scripts/bench_net --seeds)")
+      ->check(CLI::IsMember({"stream", "tiled"}))
+      ->capture_default_str();
+  std::int64_t tile_batch = 2;
+  app.add_option("--tile-batch", tile_batch, "tiles a batch in tiled mode")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::warn);
   if (threads > 0) omp_set_num_threads(threads);
   try {
-    fmt::print("{}\n", run(preset, height, width, tile, warmup, iters, plan_only).dump());
+    const nlohmann::json result = mode == "tiled" ? run_tiled(preset, height, width, tile, tile_batch, warmup, iters)
+                                                  : run(preset, height, width, tile, warmup, iters, plan_only);
+    fmt::print("{}\n", result.dump());
   } catch (const std::exception& e) {
     fmt::print(stderr, "bench_stream: {}\n", e.what());
     return 1;
