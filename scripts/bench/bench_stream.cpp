@@ -59,12 +59,67 @@ nlohmann::json process_times() {
           {"minor_page_faults", usage.ru_minflt}};
 }
 
-nlohmann::json run(const std::string& preset, std::int64_t height, std::int64_t width, std::int64_t tile, int warmup,
-                   int iters, bool plan_only) {
+// ResNet preset with 1 input channel and 2 classes, as PyTorch's side builds it.
+net::ModelSpec grey_two_class(const std::string& preset) {
   net::ModelSpec spec;
   spec.encoder = net::EncoderSpec::preset_spec(preset);
   spec.encoder.in_channels = 1;
   spec.num_classes = 2;
+  return spec;
+}
+
+std::int64_t parameter_bytes(const std::vector<net::Parameter*>& parameters) {
+  std::int64_t bytes = 0;
+  for (const net::Parameter* p : parameters) bytes += p->value.numel() * 4;
+  return bytes;
+}
+
+// A deterministic image in [-1, 1): no data to read, the same pixels every run.
+Tensor synthetic_image(std::int64_t height, std::int64_t width) {
+  Tensor image = Tensor::empty({1, 1, height, width});
+  float* x = image.f32();
+  for (std::int64_t i = 0; i < image.numel(); ++i) x[i] = static_cast<float>((i * 2654435761u) % 1000) / 500.0f - 1.0f;
+  return image;
+}
+
+// Seconds of each of `iters` steps after `warmup` untimed ones.
+template <typename Step>
+std::vector<double> time_steps(int warmup, int iters, Step&& step) {
+  for (int i = 0; i < warmup; ++i) step();
+  std::vector<double> seconds;
+  for (int i = 0; i < iters; ++i) {
+    const auto start = Clock::now();
+    step();
+    seconds.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  return seconds;
+}
+
+// What both modes report: timing, the allocator's and the process's memory, phase by phase.
+nlohmann::json measured(const std::string& mode, const std::string& preset, const Tensor& image,
+                        const std::vector<double>& seconds, const Allocator& allocator, MemoryProbe& probe,
+                        std::int64_t parameters) {
+  probe.stop();
+  return {{"framework", "bigtrain"},
+          {"mode", mode},
+          {"preset", preset},
+          {"height", image.dim(2)},
+          {"width", image.dim(3)},
+          {"median_s", median(seconds)},
+          {"seconds", seconds},
+          {"peak_alloc_bytes", allocator.stats().peak_bytes},
+          {"peak_rss_bytes", peak_rss_bytes()},
+          {"process", process_times()},
+          {"sampled_peak_rss_bytes", probe.max_rss()},
+          {"peak_reserved_bytes", probe.max_reserved()},
+          {"parameter_bytes", parameters},
+          {"memory_phases", probe.report()},
+          {"threads", omp_get_max_threads()}};
+}
+
+nlohmann::json run(const std::string& preset, std::int64_t height, std::int64_t width, std::int64_t tile, int warmup,
+                   int iters, bool plan_only) {
+  const net::ModelSpec spec = grey_two_class(preset);
   const Backend backend = Backend::cpu;
   Allocator& allocator = allocator_for(Device::cpu());
   allocator.reset_peak();
@@ -72,12 +127,9 @@ nlohmann::json run(const std::string& preset, std::int64_t height, std::int64_t 
   probe.begin("model");
   net::Model model(spec, /*seed=*/0);
 
-  std::int64_t parameter_bytes = 0;
-  for (net::Parameter* p : model.parameters()) parameter_bytes += p->value.numel() * 4;
+  const std::int64_t parameters = parameter_bytes(model.parameters());
   probe.begin("image");
-  Tensor image = Tensor::empty({1, 1, height, width});
-  float* x = image.f32();
-  for (std::int64_t i = 0; i < image.numel(); ++i) x[i] = static_cast<float>((i * 2654435761u) % 1000) / 500.0f - 1.0f;
+  const Tensor image = synthetic_image(height, width);
   Tensor labels = Tensor::empty({1}, DType::i32);
   labels.data<std::int32_t>()[0] = 1;
 
@@ -112,34 +164,14 @@ nlohmann::json run(const std::string& preset, std::int64_t height, std::int64_t 
     optimizer->step();
     probe.begin("between steps");
   };
-  for (int i = 0; i < warmup; ++i) step();
-  std::vector<double> seconds;
-  for (int i = 0; i < iters; ++i) {
-    const auto start = Clock::now();
-    step();
-    seconds.push_back(std::chrono::duration<double>(Clock::now() - start).count());
-  }
-  probe.stop();
-  return {{"framework", "bigtrain"},
-          {"mode", "stream"},
-          {"preset", preset},
-          {"height", height},
-          {"width", width},
-          {"tile", plan.tile},
-          {"tiles", plan.tiles.size()},
-          {"halo_overhead", plan.halo_overhead()},
-          {"largest_tile_input", fmt::format("{}x{}", plan.largest_input()[2], plan.largest_input()[3])},
-          {"median_s", median(seconds)},
-          {"seconds", seconds},
-          {"peak_alloc_bytes", allocator.stats().peak_bytes},
-          {"planned_step_peak_bytes", planned.step_peak},
-          {"peak_rss_bytes", peak_rss_bytes()},
-          {"process", process_times()},
-          {"sampled_peak_rss_bytes", probe.max_rss()},
-          {"peak_reserved_bytes", probe.max_reserved()},
-          {"parameter_bytes", parameter_bytes},
-          {"memory_phases", probe.report()},
-          {"threads", omp_get_max_threads()}};
+  const std::vector<double> seconds = time_steps(warmup, iters, step);
+  nlohmann::json result = measured("stream", preset, image, seconds, allocator, probe, parameters);
+  result.update({{"tile", plan.tile},
+                 {"tiles", plan.tiles.size()},
+                 {"halo_overhead", plan.halo_overhead()},
+                 {"largest_tile_input", fmt::format("{}x{}", plan.largest_input()[2], plan.largest_input()[3])},
+                 {"planned_step_peak_bytes", planned.step_peak}});
+  return result;
 }
 
 // Tile origins along one side: every `tile` pixels, the last shifted to end at the
@@ -159,10 +191,7 @@ std::vector<std::int64_t> tile_origins(std::int64_t side, std::int64_t tile) {
 // copied from the image in memory: this measures compute and memory, not reading.
 nlohmann::json run_tiled(const std::string& preset, std::int64_t height, std::int64_t width, std::int64_t tile,
                          std::int64_t tile_batch, int warmup, int iters) {
-  net::ModelSpec spec;
-  spec.encoder = net::EncoderSpec::preset_spec(preset);
-  spec.encoder.in_channels = 1;
-  spec.num_classes = 2;
+  const net::ModelSpec spec = grey_two_class(preset);
   const Backend backend = Backend::cpu;
   Allocator& allocator = allocator_for(Device::cpu());
   allocator.reset_peak();
@@ -171,13 +200,11 @@ nlohmann::json run_tiled(const std::string& preset, std::int64_t height, std::in
   net::Model model(spec, /*seed=*/0);
   auto aggregator = net::make_aggregator({.kind = net::AggregatorKind::mean}, model.encoder().feature_dim(), 0);
   const ImageModel image_model{&model.encoder(), aggregator.get(), &model.head()};
-  std::int64_t parameter_bytes = 0;
-  for (net::Parameter* p : image_model.parameters()) parameter_bytes += p->value.numel() * 4;
+  const std::int64_t parameters = parameter_bytes(image_model.parameters());
 
   probe.begin("image");
-  Tensor image = Tensor::empty({1, 1, height, width});
-  float* x = image.f32();
-  for (std::int64_t i = 0; i < image.numel(); ++i) x[i] = static_cast<float>((i * 2654435761u) % 1000) / 500.0f - 1.0f;
+  const Tensor image = synthetic_image(height, width);
+  const float* x = image.f32();
   std::vector<std::pair<std::int64_t, std::int64_t>> tiles;
   for (std::int64_t top : tile_origins(height, tile))
     for (std::int64_t left : tile_origins(width, tile)) tiles.emplace_back(top, left);
@@ -212,33 +239,14 @@ nlohmann::json run_tiled(const std::string& preset, std::int64_t height, std::in
     optimizer->step();
     probe.begin("between steps");
   };
-  for (int i = 0; i < warmup; ++i) step();
-  std::vector<double> seconds;
-  for (int i = 0; i < iters; ++i) {
-    const auto start = Clock::now();
-    step();
-    seconds.push_back(std::chrono::duration<double>(Clock::now() - start).count());
-  }
-  probe.stop();
-  return {{"framework", "bigtrain"},
-          {"mode", "tiled"},
-          {"preset", preset},
-          {"height", height},
-          {"width", width},
-          {"tile", tile},
-          {"tiles", count},
-          {"tile_batch", tile_batch},
-          {"recomputed_fraction", static_cast<double>(count * side_h * side_w) / static_cast<double>(height * width)},
-          {"median_s", median(seconds)},
-          {"seconds", seconds},
-          {"peak_alloc_bytes", allocator.stats().peak_bytes},
-          {"peak_rss_bytes", peak_rss_bytes()},
-          {"process", process_times()},
-          {"sampled_peak_rss_bytes", probe.max_rss()},
-          {"peak_reserved_bytes", probe.max_reserved()},
-          {"parameter_bytes", parameter_bytes},
-          {"memory_phases", probe.report()},
-          {"threads", omp_get_max_threads()}};
+  const std::vector<double> seconds = time_steps(warmup, iters, step);
+  nlohmann::json result = measured("tiled", preset, image, seconds, allocator, probe, parameters);
+  result.update({{"tile", tile},
+                 {"tiles", count},
+                 {"tile_batch", tile_batch},
+                 {"recomputed_fraction",
+                  static_cast<double>(count * side_h * side_w) / static_cast<double>(height * width)}});
+  return result;
 }
 
 }  // namespace
