@@ -10,6 +10,7 @@
 #include "pipeline/config/specs.hpp"
 #include "pipeline/plan/plan.hpp"
 #include "pipeline/plan/plan_units.hpp"
+#include "pipeline/plan/recompute_split.hpp"
 #include "tiler/image_source.hpp"
 
 namespace bigtrain::cli {
@@ -72,10 +73,18 @@ int run(const PlanArgs& args) {
   std::optional<std::size_t> budget;
   if (!args.memory.empty()) budget = parse_memory_size(args.memory);
   const TrainingPlan plan = plan_training(inputs, budget);
-  if (args.json)
-    fmt::print("{}\n", to_json(plan).dump(2));
-  else
-    fmt::print("{}", format_plan(plan));
+  // The recompute split under --memory when given, else under train.memory_budget.
+  std::string source = "--memory";
+  const std::size_t recompute_budget = budget ? *budget : resolve_memory_budget(config, backend, &source);
+  RecomputeSplit split = recompute_split(plan, recompute_budget);
+  split.budget_source = source;
+  if (args.json) {
+    nlohmann::json out = to_json(plan);
+    out["recompute"] = to_json(plan, split);
+    fmt::print("{}\n", out.dump(2));
+  } else {
+    fmt::print("{}{}", format_plan(plan), format_recompute_split(plan, split));
+  }
   return 0;
 }
 

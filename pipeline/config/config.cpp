@@ -163,6 +163,18 @@ TrainConfig read_train(ConfigSection s) {
       s.fail("cudnn_workspace", error.what());
     }
   }
+  t.memory_budget = s.get_string("memory_budget", t.memory_budget);
+  if (t.memory_budget == "auto") {
+    t.memory_budget_bytes.reset();
+  } else if (t.memory_budget == "0") {
+    t.memory_budget_bytes = 0;
+  } else {
+    try {
+      t.memory_budget_bytes = parse_memory_size(t.memory_budget);
+    } catch (const Error& error) {
+      s.fail("memory_budget", fmt::format("{} (or \"auto\", or 0 to recompute every tile batch)", error.what()));
+    }
+  }
   s.finish();
   return t;
 }
@@ -439,6 +451,7 @@ std::string config_to_yaml(const Config& c) {
   out << YAML::Key << "growth_interval" << YAML::Value << t.loss_scale.growth_interval;
   out << YAML::EndMap;
   out << YAML::Key << "cudnn_workspace" << YAML::Value << t.cudnn_workspace;
+  out << YAML::Key << "memory_budget" << YAML::Value << t.memory_budget;
   out << YAML::EndMap;
 
   out << YAML::Key << "device" << YAML::Value << YAML::BeginMap;

@@ -6,6 +6,7 @@
 // directory so a run can always be repeated from its own folder.
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -146,6 +147,12 @@ struct TrainConfig {
   // more is passed over for the fastest that fits (a memory size, "0": none).
   std::string cudnn_workspace = "256MiB";
   std::size_t cudnn_workspace_bytes = std::size_t{256} << 20;
+  // Memory a two-pass step may fill with kept activations, so pass 2 recomputes only
+  // the tile batches that do not fit (pipeline/plan/recompute_split.hpp): a memory
+  // size, "0" (recompute every batch) or "auto" (half the memory available when the
+  // run starts). memory_budget_bytes is unset for "auto".
+  std::string memory_budget = "auto";
+  std::optional<std::size_t> memory_budget_bytes;
   // Writes diagnostics.csv and gradients.csv into the run directory (attention
   // entropy, evidence tiles, gradient norms per weight; pipeline/train/training_diagnostics.hpp).
   bool diagnostics = false;

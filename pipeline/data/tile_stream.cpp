@@ -1,10 +1,12 @@
 #include "pipeline/data/tile_stream.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <exception>
 #include <mutex>
+#include <optional>
 #include <tuple>
 #include <unordered_map>
 
@@ -30,7 +32,37 @@ struct TileWork {
   std::size_t job = 0;
   std::shared_ptr<const ImageTiling> plan;
   std::int64_t tile = 0;
+  std::int64_t batch_first = 0, batch_size = 0;  // the batch this tile belongs to
+  bool last_of_job = false;                       // the job's last tile
   Tensor pixels;  // [C, T, T]
+};
+
+// The order in which a job visits an image's tiles: batches of `batch` tiles from
+// tile 0 (the last one short), the first `skip` batches left out, the rest in
+// ascending or, with `reverse`, descending batch order; ascending tiles within a batch.
+class JobOrder {
+ public:
+  JobOrder(std::int64_t tiles, std::int64_t batch, const StreamJob& job)
+      : tiles_(tiles), batch_(batch), reverse_(job.reverse_batches) {
+    const std::int64_t batches = (tiles + batch - 1) / batch;
+    first_batch_ = std::min(std::max<std::int64_t>(job.skip_batches, 0), batches);
+    count_ = tiles - std::min(tiles, first_batch_ * batch);
+  }
+  std::int64_t count() const { return count_; }
+  // The tile at `position` in [0, count()).
+  std::int64_t tile(std::int64_t position) const {
+    if (!reverse_) return first_batch_ * batch_ + position;
+    const std::int64_t last_first = ((tiles_ - 1) / batch_) * batch_;
+    const std::int64_t last_size = tiles_ - last_first;
+    if (position < last_size) return last_first + position;
+    const std::int64_t rest = position - last_size;
+    return last_first - (rest / batch_ + 1) * batch_ + rest % batch_;
+  }
+
+ private:
+  std::int64_t tiles_, batch_;
+  bool reverse_;
+  std::int64_t first_batch_ = 0, count_ = 0;
 };
 
 // The first failure wins; everything after it drains without work.
@@ -162,9 +194,10 @@ StreamStats TileStream::run(const std::vector<StreamJob>& schedule, const Planne
 
     // --- input: serial by construction (an input_node body never runs concurrently) ---
     std::size_t job_index = 0;
-    std::int64_t tile_index = 0;
+    std::int64_t tile_index = 0;  // position in the job's order
     std::uint64_t sequence = 0;
     std::shared_ptr<const ImageTiling> current_plan;
+    std::optional<JobOrder> order_of_job;
 
     flow::input_node<TileWork> input(graph, [&](oneapi::tbb::flow_control& control) -> TileWork {
       while (!latch.failed() && job_index < schedule.size()) {
@@ -182,13 +215,18 @@ StreamStats TileStream::run(const std::vector<StreamJob>& schedule, const Planne
             break;
           }
           if (--jobs_left[slot] == 0) slots[slot].release();  // the batches keep it alive
+          order_of_job.emplace(static_cast<std::int64_t>(current_plan->tiles.size()), options_.tile_batch, job);
         }
-        if (tile_index < static_cast<std::int64_t>(current_plan->tiles.size())) {
+        if (tile_index < order_of_job->count()) {
           TileWork work;
           work.sequence = sequence++;
           work.job = job_index;
           work.plan = current_plan;
-          work.tile = tile_index++;
+          work.tile = order_of_job->tile(tile_index);
+          work.batch_first = (work.tile / options_.tile_batch) * options_.tile_batch;
+          work.batch_size = std::min<std::int64_t>(options_.tile_batch,
+                                                   static_cast<std::int64_t>(current_plan->tiles.size()) - work.batch_first);
+          work.last_of_job = ++tile_index == order_of_job->count();
           return work;
         }
         ++job_index;
@@ -234,12 +272,10 @@ StreamStats TileStream::run(const std::vector<StreamJob>& schedule, const Planne
         return;
       }
       const ImageTiling& plan = *work.plan;
-      const auto tiles = static_cast<std::int64_t>(plan.tiles.size());
       if (batch_filled == 0) {
-        batch_first = work.tile;
-        const std::int64_t count = std::min<std::int64_t>(options_.tile_batch, tiles - work.tile);
+        batch_first = work.batch_first;
         const Shape& tile_shape = work.pixels.shape();
-        batch = Tensor::empty({count, tile_shape[0], tile_shape[1], tile_shape[2]});
+        batch = Tensor::empty({work.batch_size, tile_shape[0], tile_shape[1], tile_shape[2]});
       }
       BT_CHECK(work.tile == batch_first + batch_filled, "tile stream: tile {} arrived out of order", work.tile);
       std::memcpy(batch.f32() + batch_filled * work.pixels.numel(), work.pixels.f32(), work.pixels.nbytes());
@@ -254,7 +290,7 @@ StreamStats TileStream::run(const std::vector<StreamJob>& schedule, const Planne
       out.pass = schedule[work.job].pass;
       out.plan = work.plan;
       out.first_tile = batch_first;
-      out.last_of_job = batch_first + batch_filled == tiles;
+      out.last_of_job = work.last_of_job;
       out.pixels = std::move(batch);
       const long long released = batch_filled;
       batch_filled = 0;

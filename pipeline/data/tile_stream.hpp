@@ -12,6 +12,8 @@
 // pass 1 then pass 2 of each image; evaluation: one pass). Tiles of the next job are
 // read while the current one computes, and pass 2's batches are exactly pass 1's:
 // same plan, same tiles, same per-tile augmentation seeds, same batch boundaries.
+// A job may skip its first batches and run the others in reverse (StreamJob); a job
+// left with no tile emits no batch.
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -27,6 +29,12 @@ namespace bigtrain {
 struct StreamJob {
   std::size_t image = 0;  // caller's image index (the planner's argument)
   int pass = 0;           // caller's meaning (1 and 2 in training, 0 in evaluation)
+  // Pass 2 under train.memory_budget (pipeline/engine/two_pass.hpp): the job's batches
+  // come last batch first, so parameter gradients accumulate in one order whichever
+  // batches pass 1 kept, and the first `skip_batches` batches are not read at all
+  // (their activations are still held). Batch boundaries stay those of pass 1.
+  bool reverse_batches = false;
+  std::int64_t skip_batches = 0;
 };
 
 struct TileBatch {
@@ -35,7 +43,7 @@ struct TileBatch {
   int pass = 0;
   std::shared_ptr<const ImageTiling> plan;
   std::int64_t first_tile = 0;  // rows [first_tile, first_tile + pixels.dim(0)) of the image
-  bool last_of_job = false;
+  bool last_of_job = false;     // the job's last batch (its lowest-numbered with reverse_batches)
   Tensor pixels;  // host float32 [B, C, T, T]
 };
 

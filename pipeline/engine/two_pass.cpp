@@ -43,11 +43,16 @@ net::ForwardContext TwoPassStep::encoder_context(bool keep_activations, bool upd
   ctx.freeze_bn = options_.freeze_bn;
   ctx.update_bn_running_stats = update_running_stats && !options_.freeze_bn;
   ctx.compute_dtype = options_.encoder_compute_dtype;
+  ctx.fuse_conv_bn = options_.fuse_conv_bn;
   return ctx;
 }
 
-void TwoPassStep::begin_image(std::int64_t tiles, int label, std::uint64_t dropout_seed) {
+void TwoPassStep::begin_image(std::int64_t tiles, int label, std::uint64_t dropout_seed, std::int64_t kept_tiles) {
   BT_CHECK(tiles > 0, "two-pass step: an image needs at least one tile");
+  BT_CHECK(kept_tiles >= 0, "two-pass step: kept_tiles must not be negative, got {}", kept_tiles);
+  BT_CHECK(kept_tiles == 0 || (!instance_ && options_.top_tiles == 0),
+           "two-pass step: pass 1 keeps activations only when pass 2 trains every tile (not with top_tiles or the "
+           "instance vote)");
   // A fresh H per image, the old one released first so two never coexist: the
   // caching allocator hands the same block back when the tile count repeats.
   end_image();
@@ -55,9 +60,23 @@ void TwoPassStep::begin_image(std::int64_t tiles, int label, std::uint64_t dropo
   label_ = label;
   dropout_seed_ = dropout_seed;
   rows_filled_ = 0;
+  kept_tiles_ = std::min(kept_tiles, tiles);
+  next_pass2_end_ = tiles;
+}
+
+std::int64_t TwoPassStep::recomputed_tiles() const {
+  if (!h_.defined()) return 0;
+  std::int64_t kept = 0;
+  for (const KeptBatch& b : kept_) kept += b.rows;
+  return h_.dim(0) - kept;
 }
 
 void TwoPassStep::end_image() {
+  // A step abandoned between pass 1 and backward_kept leaves activations in the
+  // layers' stacks: drop them so the next image starts clean.
+  if (!kept_.empty()) model_.encoder->clear_saved();
+  kept_.clear();
+  kept_tiles_ = 0;
   h_ = Tensor();
   dh_ = Tensor();
   scores_ = Tensor();
@@ -108,7 +127,22 @@ void TwoPassStep::store_rows(const Tensor& features, std::int64_t first_tile) {
 }
 
 void TwoPassStep::pass1_batch(const Tensor& x, std::int64_t first_tile) {
-  store_rows(model_.encoder->forward(x, encoder_context(false, true)), first_tile);
+  const bool keep = first_tile < kept_tiles_;
+  store_rows(model_.encoder->forward(x, encoder_context(keep, true)), first_tile);
+  if (keep) kept_.push_back({first_tile, x.dim(0)});
+}
+
+void TwoPassStep::backward_kept() {
+  BT_CHECK(kept_.empty() || dh_.defined(), "two-pass step: backward of the kept batches before finish_image");
+  BT_CHECK(kept_.empty() || next_pass2_end_ == kept_.back().first_tile + kept_.back().rows,
+           "two-pass step: the kept batches' backward before pass 2 reached them (pass 2 at tile {}, the kept end at "
+           "{})",
+           next_pass2_end_, kept_.back().first_tile + kept_.back().rows);
+  for (; !kept_.empty(); kept_.pop_back()) {
+    const KeptBatch& b = kept_.back();
+    model_.encoder->backward(dh_.slice_rows(b.first_tile, b.first_tile + b.rows));
+  }
+  next_pass2_end_ = 0;
 }
 
 void TwoPassStep::train_instances_batch(const Tensor& x, std::int64_t first_tile, float loss_scale) {
@@ -225,6 +259,14 @@ void TwoPassStep::pass2_batch(const Tensor& x, std::int64_t first_tile) {
   const std::int64_t rows = x.dim(0);
   BT_CHECK(first_tile >= 0 && first_tile + rows <= dh_.dim(0), "two-pass step: rows [{}, {}) outside the image's {} tiles",
            first_tile, first_tile + rows, dh_.dim(0));
+  BT_CHECK(first_tile >= kept_tiles_, "two-pass step: pass 2 of tiles [{}, {}), whose activations pass 1 kept",
+           first_tile, first_tile + rows);
+  // Last batch first, so gradients are summed in the order a step that kept
+  // batches sums them (see two_pass.hpp).
+  BT_CHECK(first_tile + rows == next_pass2_end_,
+           "two-pass step: pass 2 takes the batches last first; got tiles [{}, {}), expected the batch ending at {}",
+           first_tile, first_tile + rows, next_pass2_end_);
+  next_pass2_end_ = first_tile;
   if (!selected_.empty()) return pass2_selected(x, first_tile);
   Tensor features = model_.encoder->forward(x, encoder_context(true, false));
   BT_CHECK(features.dim(0) == rows, "two-pass step: encoder returned {} rows for {} tiles", features.dim(0), rows);

@@ -10,9 +10,21 @@
 //                                    statistics not moved twice), backward with the
 //                                    batch's rows of dL/dH, encoder gradients accumulate
 //
-// Pass 2 must be fed exactly the tensors pass 1 saw, in the same batches; the tile
-// stream guarantees that by recomputing the same reads and seeded augmentation.
+// Pass 2 must be fed exactly the tensors pass 1 saw, in the same batches, last batch
+// first; the tile stream guarantees that by recomputing the same reads and seeded
+// augmentation (StreamJob::reverse_batches).
 // Memory: one batch's activations plus H and dL/dH (N x D floats each).
+//
+// Recompute only what memory demands (train.memory_budget): begin_image's kept_tiles
+// makes pass 1 keep the activations of the image's first batches (each layer's saved
+// stack holds them, net/layer.hpp), pass 2 recomputes only the others, and
+// backward_kept() backpropagates the kept ones, last first, after pass 2's last
+// batch. Pass 2 runs last batch first either way, so the parameter gradients are
+// summed in one order and are bit-identical whichever batches were kept (the kept
+// batches' pass 1 is the training-shaped forward pass 2 would have recomputed; a
+// recomputed batch's pass 1 may fuse convolution and frozen BatchNorm, which rounds
+// differently: TwoPassOptions::fuse_conv_bn). With top_tiles or the instance vote
+// nothing is kept (their pass 2 trains a subset, or there is none).
 //
 // With top_tiles M (aggregator.top_tiles; Iterative Patch Selection, Bergner et al.
 // 2023) the head sees only the M tiles the attention ranks highest: finish_image
@@ -71,20 +83,31 @@ struct TwoPassOptions {
   DType encoder_compute_dtype = DType::f32;
   // aggregator.top_tiles: 0 aggregates every tile; M > 0 the M highest-attention ones.
   std::int64_t top_tiles = 0;
+  // Pass 1 of a batch whose activations are not kept may fold frozen BatchNorm into
+  // its convolutions (net/conv_bn_fusion.hpp): faster, rounded differently.
+  bool fuse_conv_bn = true;
 };
 
 class TwoPassStep {
  public:
   TwoPassStep(const ImageModel& model, const TwoPassOptions& options);
 
-  void begin_image(std::int64_t tiles, int label, std::uint64_t dropout_seed);
+  // kept_tiles: pass 1 keeps the activations of the batches that start below it
+  // (whole batches; 0 keeps none, as top_tiles and the instance vote require).
+  void begin_image(std::int64_t tiles, int label, std::uint64_t dropout_seed, std::int64_t kept_tiles = 0);
   // x: [B, C, T, T] on the backend's device; rows [first, first + B) of H.
   void pass1_batch(const Tensor& x, std::int64_t first_tile);
   // Head, loss and dL/dH; the loss gradient is multiplied by loss_scale (1 /
   // images_per_step, so accumulated gradients are a mean over the step's images,
   // times the fp16 loss scale).
   ImageOutcome finish_image(float loss_scale);
+  // A batch pass 1 did not keep, last batch first (see above).
   void pass2_batch(const Tensor& x, std::int64_t first_tile);
+  // After pass 2's last batch (or after finish_image when pass 1 kept every batch):
+  // backward of the kept batches, last first. Nothing to do when none were kept.
+  void backward_kept();
+  // Tiles pass 2 must recompute: those of the batches pass 1 did not keep.
+  std::int64_t recomputed_tiles() const;
 
   // aggregator.kind instance: training needs no pass 2; call train_instances_batch
   // for every batch (in place of pass1_batch), then finish_image for the vote.
@@ -138,6 +161,12 @@ class TwoPassStep {
   int label_ = 0;
   std::uint64_t dropout_seed_ = 0;
   std::int64_t rows_filled_ = 0;
+  std::int64_t kept_tiles_ = 0;
+  struct KeptBatch {
+    std::int64_t first_tile, rows;
+  };
+  std::vector<KeptBatch> kept_;  // pass 1's batches whose activations the layers hold
+  std::int64_t next_pass2_end_ = 0;  // pass 2 must continue with the batch ending here
   bool instance_ = false;
   std::vector<float> label_probabilities_;  // of the last vote, per tile
 };

@@ -46,6 +46,8 @@
 #include "pipeline/engine/stream_step.hpp"
 #include "pipeline/engine/two_pass.hpp"
 #include "pipeline/plan/plan.hpp"
+#include "pipeline/plan/plan_units.hpp"
+#include "pipeline/plan/recompute_split.hpp"
 #include "pipeline/report/report.hpp"
 #include "pipeline/train/interrupt.hpp"
 #include "pipeline/train/contrastive.hpp"
@@ -108,6 +110,38 @@ std::size_t planned_step_bytes(const Config& config, Backend backend) {
   }
 }
 
+// train.memory_budget: how many tile batches of an image pass 1 keeps so that pass 2
+// need not recompute them (none where the plan cannot be made).
+RecomputeSplit planned_recompute_split(const Config& config, Backend backend) {
+  RecomputeSplit split;
+  try {
+    std::string source;
+    const std::size_t budget = resolve_memory_budget(config, backend, &source);
+    split = recompute_split(plan_training(plan_inputs_from_config(config, backend)), budget);
+    split.budget_source = source;
+  } catch (const std::exception& error) {
+    spdlog::debug("no recompute split (pass 2 recomputes every tile batch): {}", error.what());
+    return {};
+  }
+  if (config.train.mix_tiles) {
+    split.kept_batches = 0;
+    split.nothing_kept_because = "train.mix_tiles deals tiles of several images into each batch";
+  }
+  if (!split.nothing_kept_because.empty())
+    spdlog::debug("{}: pass 2 recomputes every tile: {}", split.budget_source, split.nothing_kept_because);
+  else if (split.kept_batches == 0)
+    spdlog::info("{} ({}): pass 2 recomputes every tile batch (a step recomputing all peaks at {}, a kept batch "
+                 "would add {})",
+                 split.budget_source, format_bytes(split.budget), format_bytes(split.recompute_peak),
+                 format_bytes(split.kept_per_batch));
+  else
+    spdlog::info("{} ({}): pass 1 keeps the activations of up to {} tile batch(es) of each image ({} each); pass 2 "
+                 "recomputes the rest",
+                 split.budget_source, format_bytes(split.budget), split.kept_batches,
+                 format_bytes(split.kept_per_batch));
+  return split;
+}
+
 std::string duration_text(double seconds) {
   const auto s = static_cast<long>(std::max(0.0, seconds));
   return fmt::format("{:02d}:{:02d}", s / 60, s % 60);
@@ -124,6 +158,7 @@ struct Trainer::State {
   std::unique_ptr<net::Aggregator> aggregator;
   std::unique_ptr<net::Optimizer> optimizer;
   std::unique_ptr<TwoPassStep> step;
+  RecomputeSplit recompute;  // train.memory_budget: the tile batches pass 1 keeps per image
   std::unique_ptr<StreamStep> stream_step;  // tiler.mode stream, in place of `step`'s passes
   std::unique_ptr<MixedInstanceStep> mixed_step;  // train.mix_tiles, in place of `step` in training
   std::unique_ptr<TrainingDiagnostics> diagnostics;  // train.diagnostics, rank 0 only
@@ -340,7 +375,10 @@ EpochSummary Trainer::State::train_epoch(std::int64_t epoch) {
   std::vector<StreamJob> schedule;
   for (std::size_t i = images_skipped; i < shard.images.size() && !streaming(); ++i) {
     schedule.push_back({shard.images[i], 1});
-    if (!single_pass) schedule.push_back({shard.images[i], 2});
+    // Pass 2 last batch first, skipping the batches pass 1 kept (two_pass.hpp).
+    if (!single_pass)
+      schedule.push_back({.image = shard.images[i], .pass = 2, .reverse_batches = mixed_step == nullptr,
+                          .skip_batches = recompute.kept_batches});
   }
   const int channels = static_cast<int>(model->spec().encoder.in_channels);
   TileStream stream({config.train.tile_batch, config.device.tiles_in_flight, static_cast<int>(config.device.threads)},
@@ -539,15 +577,18 @@ EpochSummary Trainer::State::train_epoch(std::int64_t epoch) {
           return;
         }
         if (batch.pass == 1) {
-          if (batch.first_tile == 0)
-            step->begin_image(static_cast<std::int64_t>(batch.plan->tiles.size()), sample.label,
-                              seed(kDropout, e, batch.image));
+          if (batch.first_tile == 0) {
+            const auto image_tiles = static_cast<std::int64_t>(batch.plan->tiles.size());
+            step->begin_image(image_tiles, sample.label, seed(kDropout, e, batch.image),
+                              single_pass ? 0 : kept_tiles(recompute, config.train.tile_batch, image_tiles));
+          }
           if (single_pass) {
             step->train_instances_batch(kernels::upload_async(backend, batch.pixels).get(), batch.first_tile,
                                         mean_over_step * loss_scaler.scale());
             tiles += batch.pixels.dim(0);
           } else {
             step->pass1_batch(kernels::upload_async(backend, batch.pixels).get(), batch.first_tile);
+            tiles += batch.pixels.dim(0);  // counted once, here: pass 2 skips the kept batches
           }
           if (batch.last_of_job) {
             const ImageOutcome outcome = step->finish_image(mean_over_step * loss_scaler.scale());
@@ -555,13 +596,20 @@ EpochSummary Trainer::State::train_epoch(std::int64_t epoch) {
             if (diagnostics)
               diagnostics->image(epoch, optimizer->steps_taken() + 1, *batch.plan, sample.label, outcome.loss,
                                  step->attention(), step->selected_tiles());
-            if (single_pass) image_done();
+            if (single_pass) {
+              image_done();
+            } else if (step->recomputed_tiles() == 0) {  // every batch kept: pass 2 reads nothing
+              step->backward_kept();
+              image_done();
+            }
           }
           return;
         }
         step->pass2_batch(kernels::upload_async(backend, batch.pixels).get(), batch.first_tile);
-        tiles += batch.pixels.dim(0);
-        if (batch.last_of_job) image_done();
+        if (batch.last_of_job) {
+          step->backward_kept();
+          image_done();
+        }
       });
   take_ready_steps();  // steps in which this rank had no image (the last, short one)
   } catch (const StopAtStepBoundary&) {
@@ -794,6 +842,7 @@ Trainer::Trainer(Config config, bool resume, std::optional<Backend> backend) : s
                                     .label_smoothing = static_cast<float>(c.train.label_smoothing),
                                     .encoder_compute_dtype = compute_dtype,
                                     .top_tiles = c.aggregator.top_tiles});
+  s.recompute = planned_recompute_split(c, s.backend);
   if (c.train.step_every_batch && world().distributed())
     throw Error(fmt::format("{}: train.step_every_batch steps after every tile batch, and the ranks of {} would deal "
                             "different numbers of batches; train with one process, or without step_every_batch",

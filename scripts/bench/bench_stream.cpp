@@ -233,7 +233,8 @@ nlohmann::json run_tiled(const std::string& preset, std::int64_t height, std::in
     probe.begin("head");
     two_pass.finish_image(1.0f);
     probe.begin("pass 2");
-    for (std::int64_t first = 0; first < count; first += tile_batch) two_pass.pass2_batch(batch_of(first), first);
+    for (std::int64_t first = ((count - 1) / tile_batch) * tile_batch; first >= 0; first -= tile_batch)
+      two_pass.pass2_batch(batch_of(first), first);  // last batch first, as the tile stream feeds it
     two_pass.end_image();
     probe.begin("optimizer");
     optimizer->step();

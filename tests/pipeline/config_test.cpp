@@ -129,6 +129,19 @@ TEST(Config, BadTypesAndRangesAreErrors) {
             std::string::npos);
 }
 
+TEST(Config, MemoryBudgetIsASizeZeroOrAuto) {
+  EXPECT_FALSE(parse_config(kMinimal, "t.yaml").train.memory_budget_bytes) << "auto by default";
+  EXPECT_EQ(parse_config("data: {train: a.csv}\ntrain: {memory_budget: 0}\n", "t.yaml").train.memory_budget_bytes,
+            std::optional<std::size_t>{0});
+  EXPECT_EQ(parse_config("data: {train: a.csv}\ntrain: {memory_budget: 2GiB}\n", "t.yaml").train.memory_budget_bytes,
+            std::optional<std::size_t>{std::size_t{2} << 30});
+  const std::string error =
+      error_of([] { parse_config("data: {train: a.csv}\ntrain: {memory_budget: lots}\n", "t.yaml"); });
+  EXPECT_NE(error.find("train.memory_budget"), std::string::npos) << error;
+  EXPECT_NE(error.find("t.yaml"), std::string::npos) << error;
+  EXPECT_NE(error.find("auto"), std::string::npos) << error;
+}
+
 // GroupNorm shares nothing between tiles: IPS's pass-2 sub-batches compute what
 // pass 1 did without freezing anything, while streaming cannot normalise a tile by
 // the whole map's group statistics.

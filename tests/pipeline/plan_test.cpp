@@ -18,6 +18,7 @@
 #include "net/encoder.hpp"
 #include "net/linear.hpp"
 #include "net/memory_plan.hpp"
+#include "pipeline/plan/recompute_split.hpp"
 #include "net/optimizer.hpp"
 #include "pipeline/engine/two_pass.hpp"
 #include "pipeline/plan/plan.hpp"
@@ -359,6 +360,35 @@ TEST(PlanUnits, ImageSizes) {
     SCOPED_TRACE(bad);
     EXPECT_THROW(parse_image_size(bad), Error);
   }
+}
+
+
+// train.memory_budget: the batches that fit above the recompute-everything peak,
+// none where pass 2 trains a subset of the tiles.
+TEST(PlanRecompute, KeptBatchesFillTheBudgetAboveTheRecomputePeak) {
+  PlanInputs in = inputs_for(spec_from("preset: resnet18\nin_channels: 1\nnum_classes: 2\n"), 128, 4);
+  in.image_width = in.image_height = 1024;
+  const TrainingPlan plan = plan_training(in);
+  ASSERT_GT(plan.step.kept_activations, 0u);
+  const std::size_t peak = plan.step.peak, batch = plan.step.kept_activations;
+  EXPECT_EQ(recompute_split(plan, peak / 2).kept_batches, 0);
+  EXPECT_EQ(recompute_split(plan, peak + batch - 1).kept_batches, 0);
+  EXPECT_EQ(recompute_split(plan, peak + 3 * batch).kept_batches, 3);
+  const RecomputeSplit split = recompute_split(plan, peak + 3 * batch);
+  EXPECT_EQ(kept_tiles(split, plan.tile_batch, 5 * plan.tile_batch), 3 * plan.tile_batch);
+  EXPECT_EQ(kept_tiles(split, plan.tile_batch, 2), 2) << "an image smaller than the kept batches is kept whole";
+  // The plan's report: kept batches of the image and the FLOPs without their recompute.
+  const std::string report = format_recompute_split(plan, split);
+  EXPECT_NE(report.find("3 of"), std::string::npos) << report;
+  const nlohmann::json json = to_json(plan, split);
+  EXPECT_LT(json["image"]["flops"].get<double>(), plan.image->tiled_flops);
+  EXPECT_EQ(json["image"]["kept_batches"].get<std::int64_t>(), 3);
+
+  in.top_tiles = 4;
+  in.aggregator.kind = net::AggregatorKind::attention;
+  const RecomputeSplit top = recompute_split(plan_training(in), std::size_t{1} << 40);
+  EXPECT_EQ(top.kept_batches, 0);
+  EXPECT_NE(top.nothing_kept_because.find("top_tiles"), std::string::npos);
 }
 
 }  // namespace

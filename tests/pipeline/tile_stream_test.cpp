@@ -231,5 +231,44 @@ TEST_F(TileStreamTest, NegativePlanAheadIsRefused) {
   EXPECT_THROW(TileStream({.tile_batch = 4, .plan_ahead = -1}, preprocessing(false)), Error);
 }
 
+
+// Pass 2 under a memory budget: the batches last first, the kept ones not read; the
+// batches are pass 1's, pixel for pixel. A job left with nothing emits nothing.
+TEST_F(TileStreamTest, ReversedJobsSkipTheirFirstBatchesAndRepeatPassOnesBatches) {
+  TileStream stream({.tile_batch = 3, .tiles_in_flight = 6, .threads = 2}, preprocessing(true));
+  std::vector<StreamJob> schedule = {{0, 1}, {0, 2}, {1, 2}, {2, 2}};
+  schedule[1].reverse_batches = schedule[2].reverse_batches = schedule[3].reverse_batches = true;
+  schedule[1].skip_batches = 2;
+  schedule[3].skip_batches = 1000;
+  std::vector<TileBatch> seen;
+  stream.run(schedule, planner(), [&](const TileBatch& batch) { seen.push_back(batch); });
+
+  std::map<std::size_t, std::vector<std::int64_t>> firsts;
+  std::map<std::size_t, std::vector<bool>> last;
+  std::map<std::int64_t, Tensor> pass1;
+  for (const auto& batch : seen) {
+    firsts[batch.job].push_back(batch.first_tile);
+    last[batch.job].push_back(batch.last_of_job);
+    if (batch.job >= 2) continue;
+    EXPECT_EQ(batch.pixels.dim(0), std::min<std::int64_t>(3, 16 - batch.first_tile)) << "image 0 has 16 tiles";
+    if (batch.job == 0) pass1[batch.first_tile] = batch.pixels;
+    if (batch.job == 1) {
+      ASSERT_TRUE(pass1.count(batch.first_tile));
+      EXPECT_EQ(std::memcmp(pass1[batch.first_tile].f32(), batch.pixels.f32(), batch.pixels.nbytes()), 0)
+          << "tiles from " << batch.first_tile << " as pass 1 saw them";
+    }
+  }
+  EXPECT_EQ(firsts[0], (std::vector<std::int64_t>{0, 3, 6, 9, 12, 15}));
+  EXPECT_EQ(firsts[1], (std::vector<std::int64_t>{15, 12, 9, 6})) << "two batches kept, the rest last first";
+  EXPECT_EQ(last[1], (std::vector<bool>{false, false, false, true}));
+  const auto image1_tiles = static_cast<std::int64_t>(seen.back().plan->tiles.size());
+  std::vector<std::int64_t> expected;
+  for (std::int64_t first = ((image1_tiles - 1) / 3) * 3; first >= 0; first -= 3) expected.push_back(first);
+  EXPECT_EQ(firsts[2], expected);
+  EXPECT_TRUE(seen.back().last_of_job);
+  EXPECT_EQ(seen.back().first_tile, 0);
+  EXPECT_EQ(firsts.count(3), 0u) << "every batch of image 2 kept: nothing to read";
+}
+
 }  // namespace
 }  // namespace bigtrain

@@ -13,6 +13,8 @@
 #include "net/safetensors.hpp"
 #include "pipeline/config/config.hpp"
 #include "pipeline/data/demo_data.hpp"
+#include "pipeline/plan/plan.hpp"
+#include "pipeline/plan/recompute_split.hpp"
 #include "pipeline/train/trainer.hpp"
 #include "tests/support/demo_dataset.hpp"
 
@@ -187,6 +189,41 @@ TEST_F(TrainerTest, EncoderLrScaleZeroTrainsTheHeadAlone) {
   }
   EXPECT_GT(encoder_tensors, 4u);
   EXPECT_GT(encoder_moved, 2u) << "at the full rate the encoder's weights move";
+}
+
+
+// train.memory_budget: pass 1 keeps some or all of an image's tile batches and pass 2
+// recomputes the rest; with BatchNorm statistics of each batch (no convolution and
+// BatchNorm folding in pass 1) the weights after two epochs are those of the run that
+// recomputes everything, bit for bit.
+TEST_F(TrainerTest, MemoryBudgetKeepsBatchesAndTrainsTheSameWeights) {
+  const std::vector<std::string> base = {"train.epochs=2", "train.freeze_bn=false", "train.tile_batch=4"};
+  auto with = [&](const std::string& budget) {
+    std::vector<std::string> overrides = base;
+    overrides.push_back("train.memory_budget=" + budget);
+    return overrides;
+  };
+  // The budget that keeps exactly one batch (9 tiles an image: batches of 4, 4, 1).
+  const RecomputeSplit unit = recompute_split(plan_training(plan_inputs_from_config(config("plan", base), Backend::cpu)),
+                                              0);
+  ASSERT_GT(unit.kept_per_batch, 0u);
+  const std::size_t one_batch = unit.recompute_peak + unit.kept_per_batch + unit.kept_per_batch / 2;
+  EXPECT_EQ(recompute_split(plan_training(plan_inputs_from_config(config("plan", base), Backend::cpu)), one_batch)
+                .kept_batches,
+            1);
+  const std::vector<std::pair<std::string, std::string>> runs = {
+      {"budget_none", "0"}, {"budget_one", std::to_string(one_batch)}, {"budget_all", "4GiB"}};
+  for (const auto& [run, budget] : runs) {
+    Trainer trainer(config(run, with(budget)), false);
+    trainer.run();
+  }
+  const auto reference = net::read_safetensors(root_ / "budget_none" / "checkpoints" / "last.safetensors");
+  for (const char* run : {"budget_one", "budget_all"}) {
+    const auto kept = net::read_safetensors(root_ / run / "checkpoints" / "last.safetensors");
+    ASSERT_EQ(kept.tensors.size(), reference.tensors.size()) << run;
+    for (const auto& [key, tensor] : reference.tensors)
+      EXPECT_EQ(tensor.bytes, kept.tensors.at(key).bytes) << run << ": " << key << " differs from recomputing all";
+  }
 }
 
 }  // namespace

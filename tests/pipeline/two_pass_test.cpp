@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <memory>
 
@@ -114,6 +115,18 @@ void expect_selected_score_highest(const std::vector<std::int64_t>& selected, co
   EXPECT_GE(lowest_selected, highest_other);
 }
 
+// Pass 2's order: the batches last first, each with its first tile's row.
+void for_batches_last_first(const std::vector<Tensor>& batches,
+                            const std::function<void(const Tensor&, std::int64_t)>& visit) {
+  std::vector<std::int64_t> firsts;
+  std::int64_t first = 0;
+  for (const auto& b : batches) {
+    firsts.push_back(first);
+    first += b.dim(0);
+  }
+  for (std::size_t k = batches.size(); k-- > 0;) visit(batches[k], firsts[k]);
+}
+
 struct EquivalenceCase {
   std::string label;
   net::AggregatorSpec aggregator;
@@ -140,12 +153,10 @@ TEST_P(GradientEquivalence, TwoPassEqualsOneGraph) {
     first += b.dim(0);
   }
   step.finish_image(1.0f);
-  first = 0;
-  for (const auto& b : batches) {
-    step.pass2_batch(b, first);
+  for_batches_last_first(batches, [&](const Tensor& b, std::int64_t first_tile) {
+    step.pass2_batch(b, first_tile);
     EXPECT_EQ(model.encoder->saved_count(), 0u) << "pass 2 frees each batch's activations";
-    first += b.dim(0);
-  }
+  });
 
   ImageModel reference = one_graph.image_model();
   reference.zero_grad();
@@ -211,11 +222,7 @@ TEST(TopTiles, GradientsEqualOneGraphOnTheSelectedTiles) {
   const std::vector<float> scores = step.attention().to_vector();
   ASSERT_EQ(scores.size(), static_cast<std::size_t>(tiles)) << "attention() covers every tile";
   expect_selected_score_highest(selected, std::vector<double>(scores.begin(), scores.end()));
-  first = 0;
-  for (const auto& b : batches) {
-    step.pass2_batch(b, first);
-    first += b.dim(0);
-  }
+  for_batches_last_first(batches, [&](const Tensor& b, std::int64_t first_tile) { step.pass2_batch(b, first_tile); });
 
   // The reference: the selected tiles' inputs as one image of `top` tiles.
   const Tensor chosen = gather_tiles(batches, selected, /*batch=*/4);
@@ -350,11 +357,7 @@ TEST(InstanceVote, TopTilesTrainTheTilesMostLikelyTheLabel) {
     p_label[static_cast<std::size_t>(t)] = std::exp(v[static_cast<std::size_t>(t * 3 + label)]) / sum;
   }
   expect_selected_score_highest(selected, p_label);
-  first = 0;
-  for (const auto& b : batches) {
-    step.pass2_batch(b, first);
-    first += b.dim(0);
-  }
+  for_batches_last_first(batches, [&](const Tensor& b, std::int64_t first_tile) { step.pass2_batch(b, first_tile); });
 
   // The reference: the selected tiles as one batch, mean tile loss, one backward.
   const Tensor chosen = gather_tiles(batches, selected, /*batch=*/4);
@@ -400,7 +403,7 @@ std::size_t peak_bytes_of_step(Network& network, std::int64_t tiles, std::int64_
       step.pass1_batch(testing::random_tensor({count, 1, size, size}, static_cast<std::uint64_t>(first)), first);
     }
     step.finish_image(1.0f);
-    for (std::int64_t first = 0; first < tiles; first += batch) {
+    for (std::int64_t first = ((tiles - 1) / batch) * batch; first >= 0; first -= batch) {  // last batch first
       const std::int64_t count = std::min(batch, tiles - first);
       step.pass2_batch(testing::random_tensor({count, 1, size, size}, static_cast<std::uint64_t>(first)), first);
     }
@@ -446,6 +449,119 @@ TEST(TwoPassMemory, AttentionAddsOnlyPerTileTemporaries) {
   std::printf("two-pass peak (gated attention): 16 tiles %zu B, 400 tiles %zu B, difference %zd B, allowed %zu B\n",
               small, large, static_cast<std::ptrdiff_t>(large - small), allowed);
   EXPECT_LE(large, small + allowed + rounding_slack(10));
+}
+
+
+// ---- train.memory_budget: pass 1 keeps some batches' activations ------------------
+
+struct KeptRun {
+  std::vector<std::vector<float>> gradients;  // per parameter
+  std::size_t saved_after_pass1 = 0, saved_after_step = 0;
+  std::int64_t recomputed = 0, pass2_batches = 0;
+};
+
+// One image of 11 tiles in batches of 4, 4, 3; pass 1 keeps the batches starting
+// below kept_tiles, pass 2 runs the others last first, then the kept ones' backward.
+KeptRun run_keeping(std::int64_t kept_tiles, bool freeze_bn, bool fuse, const net::AggregatorSpec& aggregator) {
+  Network network = make_network(aggregator);
+  const auto batches = make_batches(11, 4, 32, 7);
+  ImageModel model = network.image_model();
+  model.zero_grad();
+  TwoPassStep step(model, {.backend = Backend::cpu, .freeze_bn = freeze_bn, .fuse_conv_bn = fuse});
+  step.begin_image(11, 2, 17, kept_tiles);
+  std::int64_t first = 0;
+  for (const auto& b : batches) {
+    step.pass1_batch(b, first);
+    first += b.dim(0);
+  }
+  KeptRun run;
+  run.saved_after_pass1 = model.encoder->saved_count();
+  run.recomputed = step.recomputed_tiles();
+  step.finish_image(0.5f);
+  for_batches_last_first(batches, [&](const Tensor& b, std::int64_t first_tile) {
+    if (first_tile < kept_tiles) return;  // the tile stream does not read these (StreamJob::skip_batches)
+    step.pass2_batch(b, first_tile);
+    ++run.pass2_batches;
+  });
+  step.backward_kept();
+  run.saved_after_step = model.encoder->saved_count();
+  step.end_image();
+  for (net::Parameter* p : model.parameters()) run.gradients.push_back(p->grad.to_vector());
+  return run;
+}
+
+TEST(KeptActivations, GradientsAreBitIdenticalWhicheverBatchesPass1Kept) {
+  const net::AggregatorSpec attention{net::AggregatorKind::attention, 16, true, 0.25f};
+  for (const bool freeze_bn : {false, true}) {
+    SCOPED_TRACE(freeze_bn ? "BatchNorm frozen" : "BatchNorm training");
+    const KeptRun recomputed = run_keeping(0, freeze_bn, false, attention);
+    EXPECT_EQ(recomputed.saved_after_pass1, 0u);
+    EXPECT_EQ(recomputed.pass2_batches, 3);
+    for (const std::int64_t kept : {4, 8, 11}) {
+      SCOPED_TRACE(fmt::format("kept_tiles {}", kept));
+      const KeptRun run = run_keeping(kept, freeze_bn, false, attention);
+      EXPECT_GT(run.saved_after_pass1, 0u) << "pass 1 keeps what backward needs";
+      EXPECT_EQ(run.saved_after_step, 0u) << "the kept batches' backward frees them";
+      EXPECT_EQ(run.recomputed, 11 - kept);
+      EXPECT_EQ(run.pass2_batches, 3 - (kept + 3) / 4);
+      ASSERT_EQ(run.gradients.size(), recomputed.gradients.size());
+      for (std::size_t i = 0; i < run.gradients.size(); ++i) {
+        ASSERT_FALSE(run.gradients[i].empty());
+        // Bit for bit: the same kernels on the same batches, summed in the same order.
+        EXPECT_EQ(run.gradients[i], recomputed.gradients[i]) << "parameter " << i;
+      }
+    }
+  }
+}
+
+// With frozen BatchNorm a recomputed batch's pass 1 may fold BatchNorm into the
+// convolution; the kept batches' pass 1 cannot (it keeps the BatchNorm input), so
+// their features round differently: close, not identical.
+TEST(KeptActivations, FusedPass1DiffersOnlyByRounding) {
+  const net::AggregatorSpec mean{net::AggregatorKind::mean};
+  const KeptRun recomputed = run_keeping(0, true, true, mean), kept = run_keeping(8, true, true, mean);
+  ASSERT_EQ(kept.gradients.size(), recomputed.gradients.size());
+  for (std::size_t i = 0; i < kept.gradients.size(); ++i) {
+    const auto n = static_cast<std::int64_t>(kept.gradients[i].size());
+    const Tensor a = Tensor::from_vector({n}, kept.gradients[i]), b = Tensor::from_vector({n}, recomputed.gradients[i]);
+    EXPECT_LT(relative_error(a, b), 1e-5) << "parameter " << i;
+  }
+}
+
+TEST(KeptActivations, PassTwoOfAKeptOrOutOfOrderBatchIsAnError) {
+  Network network = make_network({net::AggregatorKind::mean});
+  const auto batches = make_batches(11, 4, 32, 3);
+  TwoPassStep step(network.image_model(), {.backend = Backend::cpu});
+  step.begin_image(11, 1, 0, 4);
+  for (std::int64_t k = 0; k < 3; ++k) step.pass1_batch(batches[static_cast<std::size_t>(k)], 4 * k);
+  step.finish_image(1.0f);
+  EXPECT_THROW(step.pass2_batch(batches[1], 4), Error) << "the last batch comes first";
+  EXPECT_THROW(step.backward_kept(), Error) << "pass 2 has not reached the kept batches";
+  step.pass2_batch(batches[2], 8);
+  step.pass2_batch(batches[1], 4);
+  EXPECT_THROW(step.pass2_batch(batches[0], 0), Error) << "tiles [0, 4) were kept";
+  step.backward_kept();
+  EXPECT_EQ(network.model->encoder().saved_count(), 0u);
+}
+
+TEST(KeptActivations, AnAbandonedStepDropsWhatPass1Kept) {
+  Network network = make_network({net::AggregatorKind::mean});
+  const auto batches = make_batches(8, 4, 32, 3);
+  TwoPassStep step(network.image_model(), {.backend = Backend::cpu});
+  step.begin_image(8, 1, 0, 8);
+  step.pass1_batch(batches[0], 0);
+  EXPECT_GT(network.model->encoder().saved_count(), 0u);
+  step.end_image();
+  EXPECT_EQ(network.model->encoder().saved_count(), 0u);
+}
+
+TEST(KeptActivations, TopTilesAndTheInstanceVoteKeepNothing) {
+  Network attention = make_network({net::AggregatorKind::attention, 16, true});
+  TwoPassStep top(attention.image_model(), {.backend = Backend::cpu, .freeze_bn = true, .top_tiles = 2});
+  EXPECT_THROW(top.begin_image(8, 1, 0, 4), Error);
+  Network instance = make_network({net::AggregatorKind::instance});
+  TwoPassStep vote(instance.image_model(), {.backend = Backend::cpu});
+  EXPECT_THROW(vote.begin_image(8, 1, 0, 4), Error);
 }
 
 }  // namespace
