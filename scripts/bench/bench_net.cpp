@@ -6,7 +6,8 @@
 //       machine): the GFLOP/s ceiling the models are measured against.
 //   bench_net_cpp model --preset resnet18 --tile 224 --batch 8 --mode train|infer
 //       training steps (forward, cross-entropy, backward, SGD step) or inference
-//       forwards of an encoder + 2-class head with 1 input channel.
+//       forwards of an encoder + 2-class head with 1 input channel; --precision bf16
+//       computes the convolutions in bf16 (float32 master weights), as train.precision does.
 //
 // Prints one JSON object: median seconds per iteration after warm-up, tiles/s, GFLOP
 // per iteration (convolutions and the head, counted analytically), allocator peak
@@ -145,7 +146,11 @@ nlohmann::json run_ceiling(int warmup, int iters) {
 // ---- models ---------------------------------------------------------------------
 
 nlohmann::json run_model(const std::string& preset, std::int64_t tile, std::int64_t batch, const std::string& mode,
-                         bool fuse_conv_bn, int warmup, int iters) {
+                         bool fuse_conv_bn, const std::string& precision, int warmup, int iters) {
+  BT_CHECK(precision == "fp32" || precision == "bf16", "unknown precision '{}'; valid: fp32, bf16", precision);
+  // train.precision bf16: the convolutions compute in bf16 with float32 master weights
+  // (refused, naming the instruction set, on a CPU without AVX512_BF16).
+  const DType compute_dtype = precision == "bf16" ? DType::bf16 : DType::f32;
   net::ModelSpec spec;
   spec.encoder = net::EncoderSpec::preset_spec(preset);
   spec.encoder.in_channels = 1;
@@ -170,7 +175,8 @@ nlohmann::json run_model(const std::string& preset, std::int64_t tile, std::int6
     flop_per_iter = 3.0 * flops.forward - flops.stem_forward;
     auto optimizer = net::make_optimizer({.kind = net::OptimizerKind::sgd, .lr = 0.01, .weight_decay = 1e-4, .momentum = 0.9},
                                          model.parameters(), backend);
-    const auto ctx = net::ForwardContext::train(backend);
+    auto ctx = net::ForwardContext::train(backend);
+    ctx.compute_dtype = compute_dtype;
     seconds = time_iterations(warmup, iters, [&] {
       optimizer->zero_grad();
       const Tensor logits = model.forward(images, ctx);
@@ -183,6 +189,7 @@ nlohmann::json run_model(const std::string& preset, std::int64_t tile, std::int6
     BT_CHECK(mode == "infer", "unknown mode '{}'; valid: train, infer", mode);
     auto ctx = net::ForwardContext::inference(backend);
     ctx.fuse_conv_bn = fuse_conv_bn;
+    ctx.compute_dtype = compute_dtype;
     seconds = time_iterations(warmup, iters, [&] { model.forward(images, ctx); });
   }
   const double t = median(seconds);
@@ -193,6 +200,7 @@ nlohmann::json run_model(const std::string& preset, std::int64_t tile, std::int6
           {"batch", batch},
           {"mode", mode},
           {"fuse_conv_bn", fuse_conv_bn},
+          {"precision", precision},
           {"median_s", t},
           {"seconds", seconds},
           {"tiles_per_s", static_cast<double>(batch) / t},
@@ -225,11 +233,14 @@ int main(int argc, char** argv) {
   bool layer_by_layer = false;
   model->add_flag("--layer-by-layer", layer_by_layer,
                   "inference without convolution+BatchNorm+ReLU fusion (the fusion's gain, measured in the same run)");
+  std::string precision = "fp32";
+  model->add_option("--precision", precision, "fp32 | bf16 (the convolutions' compute type; bf16 needs AVX512_BF16)")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::warn);
   if (threads > 0) omp_set_num_threads(threads);
   try {
-    const auto result = ceiling->parsed() ? run_ceiling(warmup, iters) : run_model(preset, tile, batch, mode, !layer_by_layer, warmup, iters);
+    const auto result = ceiling->parsed() ? run_ceiling(warmup, iters) : run_model(preset, tile, batch, mode, !layer_by_layer, precision, warmup, iters);
     fmt::print("{}\n", result.dump());
   } catch (const std::exception& e) {
     fmt::print(stderr, "bench_net: {}\n", e.what());

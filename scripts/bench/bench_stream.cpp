@@ -24,6 +24,7 @@
 #include <spdlog/spdlog.h>
 
 #include "kernels/core/allocator.hpp"
+#include "kernels/core/error.hpp"
 #include "kernels/cross_entropy.hpp"
 #include "net/global_avg_pool.hpp"
 #include "net/model.hpp"
@@ -189,8 +190,13 @@ std::vector<std::int64_t> tile_origins(std::int64_t side, std::int64_t tile) {
 // same batches again keeping activations and backpropagating each batch's rows of
 // dL/dH (pass 2); one SGD step. BatchNorm frozen, as PyTorch's side. The tiles are
 // copied from the image in memory: this measures compute and memory, not reading.
+// precision bf16 computes the encoder's convolutions in bf16 (train.precision);
+// kept_batches is train.memory_budget's split: pass 1 keeps the first batches'
+// activations and pass 2 recomputes only the others.
 nlohmann::json run_tiled(const std::string& preset, std::int64_t height, std::int64_t width, std::int64_t tile,
-                         std::int64_t tile_batch, int warmup, int iters) {
+                         std::int64_t tile_batch, const std::string& precision, std::int64_t kept_batches, int warmup,
+                         int iters) {
+  BT_CHECK(precision == "fp32" || precision == "bf16", "unknown precision '{}'; valid: fp32, bf16", precision);
   const net::ModelSpec spec = grey_two_class(preset);
   const Backend backend = Backend::cpu;
   Allocator& allocator = allocator_for(Device::cpu());
@@ -222,19 +228,23 @@ nlohmann::json run_tiled(const std::string& preset, std::int64_t height, std::in
     return batch;
   };
 
-  TwoPassStep two_pass(image_model, {.backend = backend, .freeze_bn = true});
+  TwoPassStep two_pass(image_model, {.backend = backend,
+                                     .freeze_bn = true,
+                                     .encoder_compute_dtype = precision == "bf16" ? DType::bf16 : DType::f32});
+  const std::int64_t kept_tiles = std::min(count, kept_batches * tile_batch);
   auto optimizer = net::make_optimizer({.kind = net::OptimizerKind::sgd, .lr = 0.01, .weight_decay = 1e-4, .momentum = 0.9},
                                        image_model.parameters(), backend);
   auto step = [&] {
     probe.begin("pass 1");
     image_model.zero_grad();
-    two_pass.begin_image(count, /*label=*/1, /*dropout_seed=*/0);
+    two_pass.begin_image(count, /*label=*/1, /*dropout_seed=*/0, kept_tiles);
     for (std::int64_t first = 0; first < count; first += tile_batch) two_pass.pass1_batch(batch_of(first), first);
     probe.begin("head");
     two_pass.finish_image(1.0f);
     probe.begin("pass 2");
-    for (std::int64_t first = ((count - 1) / tile_batch) * tile_batch; first >= 0; first -= tile_batch)
+    for (std::int64_t first = ((count - 1) / tile_batch) * tile_batch; first >= kept_tiles; first -= tile_batch)
       two_pass.pass2_batch(batch_of(first), first);  // last batch first, as the tile stream feeds it
+    two_pass.backward_kept();
     two_pass.end_image();
     probe.begin("optimizer");
     optimizer->step();
@@ -245,6 +255,8 @@ nlohmann::json run_tiled(const std::string& preset, std::int64_t height, std::in
   result.update({{"tile", tile},
                  {"tiles", count},
                  {"tile_batch", tile_batch},
+                 {"precision", precision},
+                 {"kept_tiles", kept_tiles},
                  {"recomputed_fraction",
                   static_cast<double>(count * side_h * side_w) / static_cast<double>(height * width)}});
   return result;
@@ -275,11 +287,18 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   std::int64_t tile_batch = 2;
   app.add_option("--tile-batch", tile_batch, "tiles a batch in tiled mode")->capture_default_str();
+  std::string precision = "fp32";
+  app.add_option("--precision", precision, "tiled mode: fp32 | bf16 convolutions (bf16 needs AVX512_BF16)")
+      ->capture_default_str();
+  std::int64_t kept_batches = 0;
+  app.add_option("--kept-batches", kept_batches,
+                 "tiled mode: tile batches whose activations pass 1 keeps (train.memory_budget's split)")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::warn);
   if (threads > 0) omp_set_num_threads(threads);
   try {
-    const nlohmann::json result = mode == "tiled" ? run_tiled(preset, height, width, tile, tile_batch, warmup, iters)
+    const nlohmann::json result = mode == "tiled" ? run_tiled(preset, height, width, tile, tile_batch, precision, kept_batches, warmup, iters)
                                                   : run(preset, height, width, tile, warmup, iters, plan_only);
     fmt::print("{}\n", result.dump());
   } catch (const std::exception& e) {
