@@ -74,7 +74,7 @@ std::size_t resolve_memory_budget(const Config& config, Backend backend, std::st
     what = "MemAvailable";
   }
   if (source)
-    *source = fmt::format("train.memory_budget auto: half of {} ({})", what, format_bytes(available));
+    *source = fmt::format("train.memory_budget auto, half of {} {}", what, format_bytes(available));
   return available / 2;
 }
 
@@ -102,7 +102,7 @@ ImageSplit image_split(const TrainingPlan& plan, const RecomputeSplit& split) {
 }  // namespace
 
 std::string format_recompute_split(const TrainingPlan& plan, const RecomputeSplit& split) {
-  std::string out = fmt::format("Recompute ({}: {})\n", split.budget_source.empty() ? "budget" : split.budget_source,
+  std::string out = fmt::format("Recompute ({}: {}):\n", split.budget_source.empty() ? "budget" : split.budget_source,
                                 format_bytes(split.budget));
   if (!split.nothing_kept_because.empty())
     return out + fmt::format("  pass 2 recomputes every tile: {}\n", split.nothing_kept_because);

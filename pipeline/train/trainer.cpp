@@ -116,7 +116,12 @@ RecomputeSplit planned_recompute_split(const Config& config, Backend backend) {
   RecomputeSplit split;
   try {
     std::string source;
-    const std::size_t budget = resolve_memory_budget(config, backend, &source);
+    std::size_t budget = resolve_memory_budget(config, backend, &source);
+    // auto on the CPU: ranks started on one machine would each take half of it.
+    if (!config.train.memory_budget_bytes && backend == Backend::cpu && world().distributed()) {
+      budget /= static_cast<std::size_t>(world().size());
+      source += fmt::format(", shared by {} ranks", world().size());
+    }
     split = recompute_split(plan_training(plan_inputs_from_config(config, backend)), budget);
     split.budget_source = source;
   } catch (const std::exception& error) {
@@ -130,12 +135,12 @@ RecomputeSplit planned_recompute_split(const Config& config, Backend backend) {
   if (!split.nothing_kept_because.empty())
     spdlog::debug("{}: pass 2 recomputes every tile: {}", split.budget_source, split.nothing_kept_because);
   else if (split.kept_batches == 0)
-    spdlog::info("{} ({}): pass 2 recomputes every tile batch (a step recomputing all peaks at {}, a kept batch "
+    spdlog::info("{}: {}; pass 2 recomputes every tile batch (a step recomputing all peaks at {}, a kept batch "
                  "would add {})",
                  split.budget_source, format_bytes(split.budget), format_bytes(split.recompute_peak),
                  format_bytes(split.kept_per_batch));
   else
-    spdlog::info("{} ({}): pass 1 keeps the activations of up to {} tile batch(es) of each image ({} each); pass 2 "
+    spdlog::info("{}: {}; pass 1 keeps the activations of up to {} tile batch(es) of each image ({} each); pass 2 "
                  "recomputes the rest",
                  split.budget_source, format_bytes(split.budget), split.kept_batches,
                  format_bytes(split.kept_per_batch));

@@ -40,6 +40,22 @@ assert p["layers"][0]["name"] == "conv1" and p["layers"][0]["output"] == [8, 64,
 print("json ok: step peak %.3f GiB, whole image %.2f GiB" % (step["peak_bytes"] / 2**30, whole / 2**30))
 PY
 
+# train.memory_budget's split: the kept tile batches and the FLOPs without their recompute.
+"$BIGTRAIN" plan "$tmp/run.yaml" --image 2435x2435 --set train.memory_budget=16GiB --json > "$tmp/kept.json"
+python3 - "$tmp/kept.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+r = p["recompute"]
+assert r["budget_bytes"] == 16 << 30 and "train.memory_budget 16GiB" in r["budget_source"], r
+kept = (r["budget_bytes"] - r["recompute_peak_bytes"]) // r["kept_bytes_per_batch"]
+assert r["kept_batches_per_image"] == kept and kept >= 1, r
+assert r["image"]["batches"] == 16 and r["image"]["kept_batches"] == min(kept, 16), r["image"]
+assert r["image"]["flops"] < p["image"]["flops"]["tiled_total"], (r["image"], p["image"]["flops"])
+print("recompute ok: %d of 16 batches kept" % r["image"]["kept_batches"])
+PY
+"$BIGTRAIN" plan "$tmp/run.yaml" --image 2435x2435 --set train.memory_budget=0 > "$tmp/none.txt"
+grep -q "0 of 16 batches kept, pass 2 recomputes 121 of 121 tiles" "$tmp/none.txt" || fail "budget 0 report: $(tail -4 "$tmp/none.txt")"
+
 # --device cuda plans the GPU (no GPU needed) and counts the cuDNN workspace.
 "$BIGTRAIN" plan "$tmp/run.yaml" --device cuda --json > "$tmp/cuda.json"
 python3 -c 'import json,sys; p=json.load(open(sys.argv[1])); assert p["backend"]=="cuda" and p["step_memory"]["workspace_bytes"]>0, p["step_memory"]' "$tmp/cuda.json"
