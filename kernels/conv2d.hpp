@@ -49,6 +49,11 @@ struct Conv2dSpec {
   DType compute_dtype = DType::f32;
   // Not empty: the op is forward-only and runs through forward_fused.
   ConvEpilogue epilogue;
+  // CPU: y (forward) and dx (backward_data) may stay in the blocked layout oneDNN
+  // chose (Tensor::layout) instead of being reordered into NCHW; the next oneDNN
+  // op reads them as they are. Networks set it; op-level tests see NCHW. Inputs in
+  // any layout are accepted either way. Other backends ignore it.
+  bool blocked_outputs = false;
 
   std::int64_t out_h() const { return (in_h + 2 * pad_h - dilation_h * (kernel_h - 1) - 1) / stride_h + 1; }
   std::int64_t out_w() const { return (in_w + 2 * pad_w - dilation_w * (kernel_w - 1) - 1) / stride_w + 1; }

@@ -85,12 +85,16 @@ std::unique_ptr<Pool2d> make_pool2d(Backend backend, const Pool2dSpec& spec) {
 void global_avg_pool_forward(Backend backend, const Tensor& x, Tensor& y) {
   const BackendTable& table = dispatch(Op::global_avg_pool, backend, x.dtype());
   expect_global_pool_shapes(backend, x, y, "global_avg_pool forward");
+  // x may be blocked (the CPU backend reads it as it is); y is always plain.
+  y.set_layout(Layout::plain);
   table.global_avg_pool_forward(x, y);
 }
 
 void global_avg_pool_backward(Backend backend, const Tensor& dy, Tensor& dx) {
   const BackendTable& table = dispatch(Op::global_avg_pool, backend, dy.dtype());
   expect_global_pool_shapes(backend, dx, dy, "global_avg_pool backward");
+  // dx is written in the layout the caller gave it (blocked on the CPU backend
+  // only: the layout of the forward's input).
   table.global_avg_pool_backward(dy, dx);
 }
 

@@ -64,6 +64,7 @@ kernels::Conv2d& Conv2d::op(Backend backend, const kernels::Conv2dSpec& spec) {
 Tensor Conv2d::forward(const Tensor& x, const ForwardContext& ctx) {
   kernels::Conv2dSpec spec = spec_for(x.shape());
   spec.compute_dtype = ctx.compute_dtype;
+  spec.blocked_outputs = ctx.blocked_activations;
   BT_CHECK(spec.out_h() > 0 && spec.out_w() > 0, "conv `{}`: input {} is smaller than the {}x{} kernel", name(),
            x.describe(), spec.kernel_h, spec.kernel_w);
   Tensor y = Tensor::empty(spec.output_shape(), DType::f32, backend_device(ctx.backend));
@@ -79,6 +80,7 @@ Tensor Conv2d::forward_fused(const Tensor& x, const ForwardContext& ctx, BatchNo
            name(), options_.out_channels, bn.name(), bn.channels());
   kernels::Conv2dSpec spec = spec_for(x.shape());
   spec.compute_dtype = ctx.compute_dtype;
+  spec.blocked_outputs = ctx.blocked_activations;
   spec.epilogue = {.batch_norm = true, .bn_epsilon = BatchNorm2d::kEpsilon, .residual = residual != nullptr,
                    .relu = relu};
   Tensor y = Tensor::empty(spec.output_shape(), DType::f32, backend_device(ctx.backend));
@@ -111,6 +113,7 @@ Tensor Conv2d::backward(const Tensor& dy) {
 LayerFootprint Conv2d::describe(const Shape& input, const PlanContext& ctx) const {
   kernels::Conv2dSpec spec = spec_for(input);
   spec.compute_dtype = ctx.forward.compute_dtype;
+  spec.blocked_outputs = ctx.forward.blocked_activations;
   // Compared before dividing: out_h()'s integer division truncates a negative
   // numerator to 0, which would make a too-small input look like one row.
   BT_CHECK(spec.in_h + 2 * spec.pad_h >= spec.dilation_h * (spec.kernel_h - 1) + 1 &&

@@ -34,4 +34,22 @@ Tensor forward_fusing_conv_bn(const std::vector<Layer*>& layers, const Tensor& x
   return h;
 }
 
+PlannedTensor plan_fusing_conv_bn(MemoryWalk& walk, const std::vector<const Layer*>& layers, const PlannedTensor& x,
+                                  bool residual) {
+  PlannedTensor h = x;
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    const auto* conv = dynamic_cast<const Conv2d*>(layers[i]);
+    const auto* bn = i + 1 < layers.size() ? dynamic_cast<const BatchNorm2d*>(layers[i + 1]) : nullptr;
+    if (conv == nullptr || bn == nullptr) {
+      h = walk.forward(*layers[i], h);
+      continue;
+    }
+    const bool closes_block = residual && i + 2 == layers.size();
+    const bool relu_follows = i + 2 < layers.size() && dynamic_cast<const ReLU*>(layers[i + 2]) != nullptr;
+    h = walk.forward(*conv, h);
+    i += relu_follows && !closes_block ? 2 : 1;
+  }
+  return h;
+}
+
 }  // namespace bigtrain::net

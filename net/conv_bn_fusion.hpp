@@ -16,6 +16,7 @@
 
 #include "net/forward_context.hpp"
 #include "net/layer.hpp"
+#include "net/memory_plan.hpp"
 
 namespace bigtrain::net {
 
@@ -29,5 +30,10 @@ bool fuses_conv_bn(const ForwardContext& ctx);
 // (a residual block's add and output ReLU). Only where fuses_conv_bn(ctx).
 Tensor forward_fusing_conv_bn(const std::vector<Layer*>& layers, const Tensor& x, const ForwardContext& ctx,
                               const Tensor* residual = nullptr);
+
+// The memory plan's walk of forward_fusing_conv_bn: a fused group allocates what
+// its convolution does; its BatchNorm, add and ReLU write that output in place.
+PlannedTensor plan_fusing_conv_bn(MemoryWalk& walk, const std::vector<const Layer*>& layers, const PlannedTensor& x,
+                                  bool residual = false);
 
 }  // namespace bigtrain::net

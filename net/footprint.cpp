@@ -26,26 +26,34 @@ std::size_t rounded(std::size_t bytes) { return bytes == 0 ? 0 : CachingAllocato
 
 // The reorder temporaries of one oneDNN convolution: a grayscale or RGB input
 // (fewer than 8 channels) runs in NHWC, which for one channel is the NCHW tensor
-// itself; wider ones in the blocked layout. Each tensor whose layout differs is
-// reordered into a temporary of its (channel-padded) size; weights always are.
+// itself; wider ones in the blocked layout. A tensor not already in the layout
+// the primitive uses is reordered into a temporary of its (channel-padded) size;
+// weights always are. With blocked activations (Conv2dSpec::blocked_outputs)
+// inputs and outputs whose channels fill whole blocks are in that layout already.
 struct CpuLayouts {
   std::size_t src = 0, weights = 0, dst = 0;
 };
 
-CpuLayouts cpu_layouts(const kernels::Conv2dSpec& s, std::int64_t block, bool backward_data) {
-  const bool narrow = s.groups == 1 && s.in_channels < 8 && !backward_data;
+enum class ConvPass { forward, backward_data, backward_weights };
+
+CpuLayouts cpu_layouts(const kernels::Conv2dSpec& s, std::int64_t block, ConvPass pass) {
+  const bool narrow = s.groups == 1 && s.in_channels < 8 && pass != ConvPass::backward_data;
+  const bool input_blocked = s.blocked_outputs && s.in_channels % block == 0;
+  const bool output_blocked = s.blocked_outputs && s.out_channels % block == 0;
   auto blocked = [&](std::int64_t channels, std::int64_t h, std::int64_t w) {
     return rounded(static_cast<std::size_t>(s.batch * round_up(channels, block) * h * w) * sizeof(float));
   };
   CpuLayouts layouts;
   if (narrow) {
     layouts.src = s.in_channels == 1 ? 0 : allocation_bytes(s.input_shape());
-    layouts.dst = allocation_bytes(s.output_shape());
+    // Forward writes the blocked layout; the weight gradient reads dy in NHWC.
+    const bool dst_in_place = pass == ConvPass::forward && output_blocked;
+    layouts.dst = dst_in_place ? 0 : allocation_bytes(s.output_shape());
     layouts.weights = rounded(static_cast<std::size_t>(round_up(s.out_channels, block) * s.in_channels * s.kernel_h *
                                                        s.kernel_w) * sizeof(float));
   } else {
-    layouts.src = blocked(s.in_channels, s.in_h, s.in_w);
-    layouts.dst = blocked(s.out_channels, s.out_h(), s.out_w());
+    layouts.src = input_blocked ? 0 : blocked(s.in_channels, s.in_h, s.in_w);
+    layouts.dst = output_blocked ? 0 : blocked(s.out_channels, s.out_h(), s.out_w());
     layouts.weights = rounded(static_cast<std::size_t>(round_up(s.out_channels, block) *
                                                        round_up(s.in_channels, block) * s.kernel_h * s.kernel_w) *
                               sizeof(float));
@@ -57,12 +65,13 @@ CpuLayouts cpu_layouts(const kernels::Conv2dSpec& s, std::int64_t block, bool ba
 
 ConvScratch conv2d_scratch(const kernels::Conv2dSpec& spec, const KernelMemoryModel& kernels) {
   if (kernels.backend != Backend::cpu) return {};
-  const CpuLayouts forward = cpu_layouts(spec, kernels.cpu_channel_block, false);
-  const CpuLayouts backward = cpu_layouts(spec, kernels.cpu_channel_block, true);
+  const CpuLayouts forward = cpu_layouts(spec, kernels.cpu_channel_block, ConvPass::forward);
+  const CpuLayouts data = cpu_layouts(spec, kernels.cpu_channel_block, ConvPass::backward_data);
+  const CpuLayouts weights = cpu_layouts(spec, kernels.cpu_channel_block, ConvPass::backward_weights);
   // Every temporary of a call is alive until the call returns.
   return {.forward = forward.src + forward.weights + forward.dst,
-          .backward_data = backward.dst + backward.weights + backward.src,
-          .backward_weights = forward.src + forward.dst + forward.weights};
+          .backward_data = data.dst + data.weights + data.src,
+          .backward_weights = weights.src + weights.dst + weights.weights};
 }
 
 }  // namespace bigtrain::net

@@ -60,6 +60,10 @@ struct ForwardContext {
   // BatchNorm, residual add and ReLU as one op (net/conv_bn_fusion.hpp). Tests turn
   // it off to compare the fused network with the layer-by-layer one.
   bool fuse_conv_bn = true;
+  // CPU: activations stay in oneDNN's blocked layout from one convolution to the
+  // next (kernels::Conv2dSpec::blocked_outputs, Tensor::layout) instead of being
+  // reordered into NCHW and back around each; off only to measure what it saves.
+  bool blocked_activations = true;
 
   static ForwardContext inference(Backend backend) { return {.backend = backend}; }
   static ForwardContext train(Backend backend) {

@@ -9,7 +9,7 @@ Tensor GlobalAvgPool::forward(const Tensor& x, const ForwardContext& ctx) {
   BT_CHECK(x.rank() == 4, "global average pooling `{}` expects [N,C,H,W], got {}", name(), x.describe());
   Tensor y = Tensor::empty({x.dim(0), x.dim(1)}, DType::f32, backend_device(ctx.backend));
   kernels::global_avg_pool_forward(ctx.backend, x, y);
-  if (ctx.keep_activations) saved_.push_back({ctx.backend, x.shape()});
+  if (ctx.keep_activations) saved_.push_back({ctx.backend, x.shape(), x.layout()});
   return y;
 }
 
@@ -26,6 +26,7 @@ Tensor GlobalAvgPool::backward(const Tensor& dy) {
   Saved saved = std::move(saved_.back());
   saved_.pop_back();
   Tensor dx = Tensor::empty(saved.input_shape, DType::f32, backend_device(saved.backend));
+  dx.set_layout(saved.input_layout);
   kernels::global_avg_pool_backward(saved.backend, dy, dx);
   return dx;
 }

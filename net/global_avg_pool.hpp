@@ -21,6 +21,9 @@ class GlobalAvgPool final : public Layer {
   struct Saved {
     Backend backend;
     Shape input_shape;
+    // The input's layout: the gradient is written in it, so the layers below
+    // receive it as their own activations are (no reorder at the encoder's edge).
+    Layout input_layout = Layout::plain;
   };
   std::vector<Saved> saved_;
 };

@@ -48,8 +48,10 @@ LayerFootprint Pool2d::describe(const Shape& input, const PlanContext& ctx) cons
   // window), cuDNN and the reference an int32 index.
   if (kind_ == kernels::PoolKind::max && ctx.forward.keep_activations)
     fp.kept = {outputs * (backend == Backend::cpu ? 1 : sizeof(std::int32_t))};
-  if (backend == Backend::cpu) {
-    // kernels/cpu/pooling.cpp runs oneDNN's NHWC kernel between reorders.
+  const bool blocked_input = ctx.forward.blocked_activations && input[1] % ctx.kernels.cpu_channel_block == 0;
+  if (backend == Backend::cpu && !blocked_input) {
+    // kernels/cpu/pooling.cpp runs oneDNN's NHWC kernel between reorders (a
+    // blocked input needs none).
     fp.forward_scratch = allocation_bytes(input) + allocation_bytes(spec.output_shape());
     fp.backward_scratch = fp.forward_scratch;
   }

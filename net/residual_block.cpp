@@ -63,6 +63,12 @@ LayerFootprint ResidualBlock::describe(const Shape& input, const PlanContext& ct
 }
 
 PlannedTensor ResidualBlock::plan_forward(MemoryWalk& walk, const PlannedTensor& x) const {
+  auto& self = const_cast<ResidualBlock&>(*this);  // last_bn() is non-const for forward's sake
+  if (fuses_conv_bn(walk.context().forward) && dynamic_cast<BatchNorm2d*>(&self.last_bn()) != nullptr) {
+    // As fused_forward: the shortcut first, held while the main branch runs.
+    const PlannedTensor identity = downsample_conv_ ? walk.forward(*downsample_conv_, x) : x;
+    return plan_fusing_conv_bn(walk, main_layers(), x, /*residual=*/true);
+  }
   // The block's ReLUs have no rows: its "add+relu" row stands for them.
   PlannedTensor out = x;
   for (const Layer* layer : main_layers()) out = walk.forward(*layer, out, dynamic_cast<const ReLU*>(layer) == nullptr);

@@ -34,6 +34,11 @@ LayerFootprint Sequential::describe(const Shape& input, const PlanContext& ctx) 
 }
 
 PlannedTensor Sequential::plan_forward(MemoryWalk& walk, const PlannedTensor& x) const {
+  if (fuses_conv_bn(walk.context().forward)) {
+    std::vector<const Layer*> layers;
+    for (const auto& layer : layers_) layers.push_back(layer.get());
+    return plan_fusing_conv_bn(walk, layers, x);
+  }
   PlannedTensor h = x;
   for (const auto& layer : layers_) h = walk.forward(*layer, h);
   return h;

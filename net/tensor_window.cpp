@@ -6,8 +6,13 @@
 
 namespace bigtrain::net {
 
-void copy_window(const Tensor& source, const Window& from, Tensor& destination, std::int64_t to_y,
+void copy_window(const Tensor& blocked_or_plain_source, const Window& from, Tensor& destination, std::int64_t to_y,
                  std::int64_t to_x) {
+  // Windows are NCHW rows: a blocked activation (a trunk's output on the CPU) is
+  // read through its plain form.
+  const Tensor source = blocked_or_plain_source.to_plain();
+  BT_CHECK(destination.layout() == Layout::plain, "copy_window: destination {} is not in the plain layout",
+           destination.describe());
   BT_CHECK(source.rank() == 4 && destination.rank() == 4 && source.dim(0) == destination.dim(0) &&
                source.dim(1) == destination.dim(1) && source.dtype() == destination.dtype(),
            "copy_window: {} and {} are not NCHW tensors of one batch, channel count and dtype", source.describe(),

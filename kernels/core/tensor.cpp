@@ -31,6 +31,43 @@ Shape contiguous_strides(const Shape& shape) {
   return strides;
 }
 
+const char* layout_name(Layout layout) {
+  switch (layout) {
+    case Layout::plain: return "plain";
+    case Layout::blocked8: return "nChw8c";
+    case Layout::blocked16: return "nChw16c";
+  }
+  return "?";
+}
+
+int layout_block(Layout layout) {
+  switch (layout) {
+    case Layout::plain: return 1;
+    case Layout::blocked8: return 8;
+    case Layout::blocked16: return 16;
+  }
+  return 1;
+}
+
+namespace {
+
+// element (n, c, i) of an [N, C, H*W] tensor: plain at (n*C + c)*HW + i, blocked at
+// ((n*C/K + c/K)*HW + i)*K + c%K.
+template <typename Index>
+void for_each_blocked(std::int64_t batch, std::int64_t channels, std::int64_t plane, std::int64_t block,
+                      Index&& visit) {
+  const std::int64_t groups = channels / block;
+  for (std::int64_t n = 0; n < batch; ++n)
+    for (std::int64_t g = 0; g < groups; ++g)
+      for (std::int64_t i = 0; i < plane; ++i)
+        for (std::int64_t k = 0; k < block; ++k) {
+          const std::int64_t c = g * block + k;
+          visit((n * channels + c) * plane + i, ((n * groups + g) * plane + i) * block + k);
+        }
+}
+
+}  // namespace
+
 Storage::Storage(std::size_t bytes, Device device) : bytes_(bytes), device_(device) {
   data_ = allocator_for(device).allocate(bytes);
 }
@@ -81,10 +118,58 @@ void* Tensor::raw_data() const {
 
 float* Tensor::f32() const {
   BT_CHECK(dtype_ == DType::f32 && device().is_cpu(), "expected a host float32 tensor, got {}", describe());
+  BT_CHECK(layout() == Layout::plain, "{} is in oneDNN's blocked layout; index it after to_plain()", describe());
   return data<float>();
 }
 
+bool Tensor::spans_storage() const {
+  return defined() && offset_bytes_ == 0 && nbytes() == storage_->bytes();
+}
+
+bool Tensor::can_block(Layout layout) const {
+  if (layout == Layout::plain) return true;
+  return defined() && rank() == 4 && device().is_cpu() && (dtype_ == DType::f32 || dtype_ == DType::bf16) &&
+         shape_[1] % layout_block(layout) == 0;
+}
+
+void Tensor::set_layout(Layout layout) {
+  BT_CHECK(defined(), "set_layout on an undefined tensor");
+  if (layout == this->layout()) return;
+  BT_CHECK(can_block(layout) && spans_storage(), "{} cannot hold the {} layout (needs a 4-D host tensor spanning its "
+           "storage, channels a multiple of {})", describe(), layout_name(layout), layout_block(layout));
+  storage_->set_layout(layout);
+}
+
+Tensor Tensor::to_layout(Layout target) const {
+  const Layout source = layout();
+  if (source == target) return *this;
+  BT_CHECK(can_block(target) && dtype_ == DType::f32, "cannot convert {} to {}", describe(), layout_name(target));
+  Tensor result = empty(shape_, dtype_, device());
+  const float* in = static_cast<const float*>(raw_data());
+  float* out = static_cast<float*>(result.raw_data());
+  const std::int64_t batch = shape_[0], channels = shape_[1], plane = shape_[2] * shape_[3];
+  // Through plain: blocked8 <-> blocked16 never happens in one network (one CPU, one block).
+  if (source == Layout::plain) {
+    for_each_blocked(batch, channels, plane, layout_block(target),
+                     [&](std::int64_t plain, std::int64_t blocked) { out[blocked] = in[plain]; });
+  } else if (target == Layout::plain) {
+    for_each_blocked(batch, channels, plane, layout_block(source),
+                     [&](std::int64_t plain, std::int64_t blocked) { out[plain] = in[blocked]; });
+  } else {
+    return to_plain().to_layout(target);
+  }
+  result.set_layout(target);
+  return result;
+}
+
+Layout writable_layout(const Tensor& out, Layout wanted) {
+  if (out.layout() == wanted || (out.spans_storage() && out.can_block(wanted))) return wanted;
+  return out.layout();
+}
+
 Tensor Tensor::reshape(Shape shape) const {
+  BT_CHECK(layout() == Layout::plain || shape == shape_, "cannot reshape {} ({}) to {}: to_plain() first",
+           describe(), layout_name(layout()), shape_str(shape));
   BT_CHECK(shape_numel(shape) == numel(), "cannot reshape {} to {}", describe(), shape_str(shape));
   Tensor view = *this;
   view.strides_ = contiguous_strides(shape);
@@ -111,6 +196,14 @@ void Tensor::copy_from(const Tensor& source) {
   BT_CHECK(source.shape_ == shape_ && source.dtype_ == dtype_, "copy from {} into {}: shape or dtype differ",
            source.describe(), describe());
   if (nbytes() == 0) return;
+  if (source.layout() != layout()) {
+    if (spans_storage() && can_block(source.layout())) {
+      set_layout(source.layout());
+    } else {
+      copy_from(source.to_layout(layout()));
+      return;
+    }
+  }
   if (device().is_cpu() && source.device().is_cpu()) {
     std::memcpy(raw_data(), source.raw_data(), nbytes());
     return;
@@ -123,6 +216,7 @@ void Tensor::copy_from(const Tensor& source) {
 }
 
 Tensor Tensor::to(Device target) const {
+  if (!target.is_cpu() && layout() != Layout::plain) return to_plain().to(target);
   Tensor copy = empty(shape_, dtype_, target);
   copy.copy_from(*this);
   return copy;
@@ -152,11 +246,13 @@ void Tensor::zero() {
 
 std::vector<float> Tensor::to_vector() const {
   BT_CHECK(dtype_ == DType::f32, "to_vector of a {} tensor", dtype_name(dtype_));
-  Tensor host = device().is_cpu() ? *this : to(Device::cpu());
+  Tensor host = device().is_cpu() ? to_plain() : to(Device::cpu());
   return std::vector<float>(host.data<float>(), host.data<float>() + numel());
 }
 
 std::string Tensor::describe() const {
+  if (layout() != Layout::plain)
+    return fmt::format("{}{}@{}:{}", dtype_name(dtype_), shape_str(shape_), device().str(), layout_name(layout()));
   return fmt::format("{}{}@{}", dtype_name(dtype_), shape_str(shape_), device().str());
 }
 

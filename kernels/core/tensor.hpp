@@ -18,6 +18,18 @@ using Shape = std::vector<std::int64_t>;
 std::string shape_str(const Shape& shape);
 std::int64_t shape_numel(const Shape& shape);
 
+// How a 4-D activation's elements lie in memory. `plain` is NCHW, what every
+// backend, test and file sees. blocked8 / blocked16 are oneDNN's nChw8c / nChw16c
+// (channels in groups of 8 or 16, the group innermost), the layouts its fast CPU
+// convolutions read and write: the CPU backend keeps activations in them from one
+// oneDNN op to the next instead of reordering into NCHW and back around every
+// convolution (docs/design.md, "Activation layout"). Only tensors whose channel
+// count is a multiple of the block are blocked, so a blocked tensor has the same
+// size as its plain form and dim-0 slices stay valid.
+enum class Layout : std::uint8_t { plain, blocked8, blocked16 };
+const char* layout_name(Layout layout);
+int layout_block(Layout layout);  // channels per group: 1 for plain
+
 class Storage {
  public:
   Storage(std::size_t bytes, Device device);
@@ -27,9 +39,14 @@ class Storage {
   void* data() const { return data_; }
   std::size_t bytes() const { return bytes_; }
   Device device() const { return device_; }
+  // The layout belongs to the bytes, so every view of them (dim-0 slices, copies of
+  // the handle made before an op wrote them) agrees on it.
+  Layout layout() const { return layout_; }
+  void set_layout(Layout layout) { layout_ = layout; }
 
  private:
   void* data_ = nullptr;
+  Layout layout_ = Layout::plain;
   std::size_t bytes_ = 0;
   Device device_;
 };
@@ -52,11 +69,26 @@ class Tensor {
   DType dtype() const { return dtype_; }
   Device device() const { return storage_ ? storage_->device() : Device::cpu(); }
 
+  // Unchecked access for kernels that know the layout, or treat the tensor as a
+  // flat array (element-wise ops, optimizers).
   void* raw_data() const;
   template <typename T>
   T* data() const { return static_cast<T*>(raw_data()); }
-  // Host float32 access with a check; throws for other devices or dtypes.
+  // Host float32 access, indexed as NCHW; throws for other devices or dtypes and
+  // for blocked tensors (to_plain() first), so code that indexes by hand can never
+  // misread a blocked activation.
   float* f32() const;
+
+  Layout layout() const { return storage_ ? storage_->layout() : Layout::plain; }
+  // Declares the layout the bytes now hold (an op that wrote them). Blocked needs a
+  // 4-D host float tensor spanning its whole storage, channels a multiple of the block.
+  void set_layout(Layout layout);
+  bool spans_storage() const;
+  // The same values in `layout`: this tensor itself when it is already so, else a new one.
+  Tensor to_layout(Layout layout) const;
+  Tensor to_plain() const { return to_layout(Layout::plain); }
+  // Whether this tensor may be blocked in `layout` (shape, dtype, device).
+  bool can_block(Layout layout) const;
 
   // Same storage, new shape with the same element count.
   Tensor reshape(Shape shape) const;
@@ -64,7 +96,9 @@ class Tensor {
   Tensor slice_rows(std::int64_t begin, std::int64_t end) const;
   // A new tensor with its own storage holding the same values (same device).
   Tensor clone() const;
-  // Copies another tensor of the same shape and dtype into this one, across devices too.
+  // Copies another tensor of the same shape and dtype into this one, across devices
+  // too. Values, not bytes: a blocked source lands in this tensor's layout, or this
+  // tensor takes the source's layout when it spans its storage.
   void copy_from(const Tensor& source);
   Tensor to(Device device) const;
   void fill(float value);
@@ -82,5 +116,10 @@ class Tensor {
 };
 
 Shape contiguous_strides(const Shape& shape);
+
+// The layout an op may write `out` in when its inputs are in `wanted`: `wanted` when
+// `out` can take it, else the layout `out`'s storage already has (a view into a
+// larger tensor cannot change it); the op then brings its inputs to that layout.
+Layout writable_layout(const Tensor& out, Layout wanted);
 
 }  // namespace bigtrain

@@ -53,14 +53,220 @@ void affine(const Planes& planes, const float* in, float* out, std::int64_t c, f
   }
 }
 
+// Blocked layouts (nChw8c / nChw16c, Tensor::layout): a group of K channels is
+// interleaved, element (n, g*K + k, i) at ((n*G + g)*HW + i)*K + k, so the loops
+// run over one group at a time with the K channels as the vector lanes. Sums follow
+// the same scheme as moment_sums.hpp: float partials over chunks of a channel's
+// elements, added up in double, in a fixed order.
+template <int K>
+struct Groups {
+  const BatchNormSpec& spec;
+  std::int64_t count() const { return spec.channels / K; }
+  std::int64_t plane() const { return spec.height * spec.width; }
+  std::int64_t offset(std::int64_t n, std::int64_t g) const { return (n * count() + g) * plane() * K; }
+};
+
+template <int K>
+void blocked_moments(const Groups<K>& groups, const float* x, std::int64_t g, const float* shift, double* sum,
+                     double* squares) {
+  for (int k = 0; k < K; ++k) sum[k] = squares[k] = 0.0;
+  for (std::int64_t n = 0; n < groups.spec.batch; ++n) {
+    const float* p = x + groups.offset(n, g);
+    for (std::int64_t begin = 0; begin < groups.plane(); begin += kMomentChunk) {
+      const std::int64_t end = std::min(groups.plane(), begin + kMomentChunk);
+      float s[K] = {}, q[K] = {};
+      for (std::int64_t i = begin; i < end; ++i)
+#pragma omp simd
+        for (int k = 0; k < K; ++k) {
+          const float d = p[i * K + k] - shift[k];
+          s[k] += d;
+          q[k] += d * d;
+        }
+      for (int k = 0; k < K; ++k) sum[k] += s[k], squares[k] += q[k];
+    }
+  }
+}
+
+template <int K>
+void blocked_gradient_sums(const Groups<K>& groups, const float* x, const float* dy, std::int64_t g,
+                           const float* mean, double* sum_dy, double* sum_dy_xmu) {
+  for (int k = 0; k < K; ++k) sum_dy[k] = sum_dy_xmu[k] = 0.0;
+  for (std::int64_t n = 0; n < groups.spec.batch; ++n) {
+    const float* xp = x + groups.offset(n, g);
+    const float* dp = dy + groups.offset(n, g);
+    for (std::int64_t begin = 0; begin < groups.plane(); begin += kMomentChunk) {
+      const std::int64_t end = std::min(groups.plane(), begin + kMomentChunk);
+      float s[K] = {}, sx[K] = {};
+      for (std::int64_t i = begin; i < end; ++i)
+#pragma omp simd
+        for (int k = 0; k < K; ++k) {
+          s[k] += dp[i * K + k];
+          sx[k] += dp[i * K + k] * (xp[i * K + k] - mean[k]);
+        }
+      for (int k = 0; k < K; ++k) sum_dy[k] += s[k], sum_dy_xmu[k] += sx[k];
+    }
+  }
+}
+
+// out = a * in + b per channel over one group (in may alias out).
+template <int K>
+void blocked_affine(const Groups<K>& groups, const float* in, float* out, std::int64_t g, const float* a,
+                    const float* b) {
+  for (std::int64_t n = 0; n < groups.spec.batch; ++n) {
+    const float* ip = in + groups.offset(n, g);
+    float* op = out + groups.offset(n, g);
+    for (std::int64_t i = 0; i < groups.plane(); ++i)
+#pragma omp simd
+      for (int k = 0; k < K; ++k) op[i * K + k] = a[k] * ip[i * K + k] + b[k];
+  }
+}
+
+// The per-channel arithmetic of the four passes, shared by the plain and blocked
+// loops so both compute the same values from the same sums.
+struct TrainingStatistics {
+  double mean, invstd, running_var_sample;
+};
+
+TrainingStatistics training_statistics(float shift, double sum, double squares, double count, float epsilon) {
+  const double shifted_mean = sum / count;
+  const double centred_squares = std::max(0.0, squares - sum * shifted_mean);
+  const double biased_var = centred_squares / count;  // normalisation, as PyTorch
+  return {shift + shifted_mean, 1.0 / std::sqrt(biased_var + static_cast<double>(epsilon)),
+          centred_squares / (count - 1.0)};
+}
+
+template <int K>
+void blocked_forward_training(const BatchNormSpec& spec, const float* xs, const float* gamma, const float* beta,
+                              float* ys, float* mean_out, float* invstd_out, float* rm, float* rv, float momentum) {
+  const Groups<K> groups{spec};
+  const double count = static_cast<double>(spec.batch * groups.plane());
+#pragma omp parallel for schedule(static)
+  for (std::int64_t g = 0; g < groups.count(); ++g) {
+    float shift[K], a[K], b[K];
+    double sum[K], squares[K];
+    for (int k = 0; k < K; ++k) shift[k] = xs[groups.offset(0, g) + k];
+    blocked_moments(groups, xs, g, shift, sum, squares);
+    for (int k = 0; k < K; ++k) {
+      const std::int64_t c = g * K + k;
+      const TrainingStatistics stats = training_statistics(shift[k], sum[k], squares[k], count, spec.epsilon);
+      mean_out[c] = static_cast<float>(stats.mean);
+      invstd_out[c] = static_cast<float>(stats.invstd);
+      if (rm != nullptr) {
+        rm[c] = static_cast<float>((1.0 - momentum) * rm[c] + momentum * stats.mean);
+        rv[c] = static_cast<float>((1.0 - momentum) * rv[c] + momentum * stats.running_var_sample);
+      }
+      const double scale = static_cast<double>(gamma[c]) * stats.invstd;
+      a[k] = static_cast<float>(scale);
+      b[k] = static_cast<float>(beta[c] - stats.mean * scale);
+    }
+    blocked_affine(groups, xs, ys, g, a, b);
+  }
+}
+
+template <int K>
+void blocked_forward_inference(const BatchNormSpec& spec, const float* xs, const float* gamma, const float* beta,
+                               const float* rm, const float* rv, float* ys) {
+  const Groups<K> groups{spec};
+#pragma omp parallel for schedule(static)
+  for (std::int64_t g = 0; g < groups.count(); ++g) {
+    float a[K], b[K];
+    for (int k = 0; k < K; ++k) {
+      const std::int64_t c = g * K + k;
+      const double scale = gamma[c] / std::sqrt(static_cast<double>(rv[c]) + spec.epsilon);
+      a[k] = static_cast<float>(scale);
+      b[k] = static_cast<float>(beta[c] - rm[c] * scale);
+    }
+    blocked_affine(groups, xs, ys, g, a, b);
+  }
+}
+
+template <int K>
+void blocked_backward_training(const BatchNormSpec& spec, const float* xs, const float* dys, const float* gamma,
+                               const float* mean, const float* inv, float* dxs, float* dg, float* db) {
+  const Groups<K> groups{spec};
+  const double count = static_cast<double>(spec.batch * groups.plane());
+#pragma omp parallel for schedule(static)
+  for (std::int64_t g = 0; g < groups.count(); ++g) {
+    double sum_dy[K], sum_dy_xmu[K];
+    float m[K], scale[K], mean_dy[K], xmu_scale[K];
+    for (int k = 0; k < K; ++k) m[k] = mean[g * K + k];
+    blocked_gradient_sums(groups, xs, dys, g, m, sum_dy, sum_dy_xmu);
+    for (int k = 0; k < K; ++k) {
+      const std::int64_t c = g * K + k;
+      const double invstd = inv[c];
+      dg[c] = static_cast<float>(sum_dy_xmu[k] * invstd);
+      db[c] = static_cast<float>(sum_dy[k]);
+      scale[k] = static_cast<float>(gamma[c] * invstd);
+      mean_dy[k] = static_cast<float>(sum_dy[k] / count);
+      xmu_scale[k] = static_cast<float>(sum_dy_xmu[k] * invstd * invstd / count);
+    }
+    for (std::int64_t n = 0; n < spec.batch; ++n) {
+      const float* xp = xs + groups.offset(n, g);
+      const float* dp = dys + groups.offset(n, g);
+      float* op = dxs + groups.offset(n, g);
+      for (std::int64_t i = 0; i < groups.plane(); ++i)
+#pragma omp simd
+        for (int k = 0; k < K; ++k)
+          op[i * K + k] = scale[k] * (dp[i * K + k] - mean_dy[k] - (xp[i * K + k] - m[k]) * xmu_scale[k]);
+    }
+  }
+}
+
+template <int K>
+void blocked_backward_inference(const BatchNormSpec& spec, const float* xs, const float* dys, const float* gamma,
+                                const float* rm, const float* rv, float* dxs, float* dg, float* db) {
+  const Groups<K> groups{spec};
+#pragma omp parallel for schedule(static)
+  for (std::int64_t g = 0; g < groups.count(); ++g) {
+    double sum_dy[K], sum_dy_xmu[K];
+    float m[K], a[K], zero[K] = {};
+    for (int k = 0; k < K; ++k) m[k] = rm[g * K + k];
+    blocked_gradient_sums(groups, xs, dys, g, m, sum_dy, sum_dy_xmu);
+    for (int k = 0; k < K; ++k) {
+      const std::int64_t c = g * K + k;
+      const double invstd = 1.0 / std::sqrt(static_cast<double>(rv[c]) + spec.epsilon);
+      dg[c] = static_cast<float>(sum_dy_xmu[k] * invstd);
+      db[c] = static_cast<float>(sum_dy[k]);
+      a[k] = static_cast<float>(gamma[c] * invstd);
+    }
+    blocked_affine(groups, dys, dxs, g, a, zero);
+  }
+}
+
+// Calls body.template operator()<K>() for the block of `layout` (8 or 16).
+template <typename Body>
+void with_block(Layout layout, Body&& body) {
+  if (layout == Layout::blocked8)
+    body.template operator()<8>();
+  else
+    body.template operator()<16>();
+}
+
+// The layout a pass runs in: its main input's, unless the output is a view that
+// cannot take it; the other inputs follow.
+Layout pass_layout(const Tensor& x, const Tensor& out) { return writable_layout(out, x.layout()); }
+
 class LoopBatchNorm2d final : public BatchNorm2d {
  public:
   explicit LoopBatchNorm2d(const BatchNormSpec& spec) : spec_(spec) {}
 
   void forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y, Tensor& save_mean,
                         Tensor& save_invstd, Tensor* running_mean, Tensor* running_var, float momentum) override {
+    if (const Layout layout = pass_layout(x, y); layout != Layout::plain) {
+      const Tensor input = x.to_layout(layout);
+      y.set_layout(layout);
+      float* rm = running_mean ? running_mean->f32() : nullptr;
+      float* rv = running_var ? running_var->f32() : nullptr;
+      with_block(layout, [&]<int K>() {
+        blocked_forward_training<K>(spec_, input.data<float>(), gamma.f32(), beta.f32(), y.data<float>(),
+                                    save_mean.f32(), save_invstd.f32(), rm, rv, momentum);
+      });
+      return;
+    }
+    y.set_layout(Layout::plain);
     const Planes planes{spec_};
-    const float *xs = x.f32(), *g = gamma.f32(), *b = beta.f32();
+    const Tensor input = x.to_plain();
+    const float *xs = input.f32(), *g = gamma.f32(), *b = beta.f32();
     float *ys = y.f32(), *mean_out = save_mean.f32(), *invstd_out = save_invstd.f32();
     float* rm = running_mean ? running_mean->f32() : nullptr;
     float* rv = running_var ? running_var->f32() : nullptr;
@@ -73,27 +279,34 @@ class LoopBatchNorm2d final : public BatchNorm2d {
       const float shift = xs[planes.offset(0, c)];
       double sum = 0.0, squares = 0.0;
       shifted_moments(planes, xs, c, shift, sum, squares);
-      const double shifted_mean = sum / count;
-      const double centred_squares = std::max(0.0, squares - sum * shifted_mean);
-      const double mean = shift + shifted_mean;
-      const double biased_var = centred_squares / count;  // normalisation, as PyTorch
-      const double invstd = 1.0 / std::sqrt(biased_var + static_cast<double>(spec_.epsilon));
-      mean_out[c] = static_cast<float>(mean);
-      invstd_out[c] = static_cast<float>(invstd);
+      const TrainingStatistics stats = training_statistics(shift, sum, squares, count, spec_.epsilon);
+      mean_out[c] = static_cast<float>(stats.mean);
+      invstd_out[c] = static_cast<float>(stats.invstd);
       if (rm != nullptr) {
         // PyTorch's running estimates: r = (1 - m) r + m stat, with the unbiased variance.
-        rm[c] = static_cast<float>((1.0 - momentum) * rm[c] + momentum * mean);
-        rv[c] = static_cast<float>((1.0 - momentum) * rv[c] + momentum * centred_squares / (count - 1.0));
+        rm[c] = static_cast<float>((1.0 - momentum) * rm[c] + momentum * stats.mean);
+        rv[c] = static_cast<float>((1.0 - momentum) * rv[c] + momentum * stats.running_var_sample);
       }
-      const double a = static_cast<double>(g[c]) * invstd;
-      affine(planes, xs, ys, c, static_cast<float>(a), static_cast<float>(b[c] - mean * a));
+      const double a = static_cast<double>(g[c]) * stats.invstd;
+      affine(planes, xs, ys, c, static_cast<float>(a), static_cast<float>(b[c] - stats.mean * a));
     }
   }
 
   void forward_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
                          const Tensor& running_var, Tensor& y) override {
+    if (const Layout layout = pass_layout(x, y); layout != Layout::plain) {
+      const Tensor input = x.to_layout(layout);
+      y.set_layout(layout);
+      with_block(layout, [&]<int K>() {
+        blocked_forward_inference<K>(spec_, input.data<float>(), gamma.f32(), beta.f32(), running_mean.f32(),
+                                     running_var.f32(), y.data<float>());
+      });
+      return;
+    }
+    y.set_layout(Layout::plain);
     const Planes planes{spec_};
-    const float *xs = x.f32(), *g = gamma.f32(), *b = beta.f32(), *rm = running_mean.f32(), *rv = running_var.f32();
+    const Tensor input = x.to_plain();
+    const float *xs = input.f32(), *g = gamma.f32(), *b = beta.f32(), *rm = running_mean.f32(), *rv = running_var.f32();
     float* ys = y.f32();
 #pragma omp parallel for schedule(static)
     for (std::int64_t c = 0; c < spec_.channels; ++c) {
@@ -104,8 +317,20 @@ class LoopBatchNorm2d final : public BatchNorm2d {
 
   void backward_training(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& save_mean,
                          const Tensor& save_invstd, Tensor& dx, Tensor& dgamma, Tensor& dbeta) override {
+    if (const Layout layout = pass_layout(x, dx); layout != Layout::plain) {
+      const Tensor input = x.to_layout(layout), gradient = dy.to_layout(layout);
+      dx.set_layout(layout);
+      with_block(layout, [&]<int K>() {
+        blocked_backward_training<K>(spec_, input.data<float>(), gradient.data<float>(), gamma.f32(),
+                                     save_mean.f32(), save_invstd.f32(), dx.data<float>(), dgamma.f32(),
+                                     dbeta.f32());
+      });
+      return;
+    }
+    dx.set_layout(Layout::plain);
     const Planes planes{spec_};
-    const float *xs = x.f32(), *dys = dy.f32(), *g = gamma.f32(), *mean = save_mean.f32(), *inv = save_invstd.f32();
+    const Tensor input = x.to_plain(), gradient = dy.to_plain();
+    const float *xs = input.f32(), *dys = gradient.f32(), *g = gamma.f32(), *mean = save_mean.f32(), *inv = save_invstd.f32();
     float *dxs = dx.f32(), *dg = dgamma.f32(), *db = dbeta.f32();
     const double count = static_cast<double>(planes.count());
 #pragma omp parallel for schedule(static)
@@ -133,8 +358,20 @@ class LoopBatchNorm2d final : public BatchNorm2d {
 
   void backward_inference(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& running_mean,
                           const Tensor& running_var, Tensor& dx, Tensor& dgamma, Tensor& dbeta) override {
+    if (const Layout layout = pass_layout(x, dx); layout != Layout::plain) {
+      const Tensor input = x.to_layout(layout), gradient = dy.to_layout(layout);
+      dx.set_layout(layout);
+      with_block(layout, [&]<int K>() {
+        blocked_backward_inference<K>(spec_, input.data<float>(), gradient.data<float>(), gamma.f32(),
+                                      running_mean.f32(), running_var.f32(), dx.data<float>(), dgamma.f32(),
+                                      dbeta.f32());
+      });
+      return;
+    }
+    dx.set_layout(Layout::plain);
     const Planes planes{spec_};
-    const float *xs = x.f32(), *dys = dy.f32(), *g = gamma.f32(), *rm = running_mean.f32(), *rv = running_var.f32();
+    const Tensor input = x.to_plain(), gradient = dy.to_plain();
+    const float *xs = input.f32(), *dys = gradient.f32(), *g = gamma.f32(), *rm = running_mean.f32(), *rv = running_var.f32();
     float *dxs = dx.f32(), *dg = dgamma.f32(), *db = dbeta.f32();
 #pragma omp parallel for schedule(static)
     for (std::int64_t c = 0; c < spec_.channels; ++c) {

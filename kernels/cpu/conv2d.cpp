@@ -73,10 +73,12 @@ EpiloguePostOps epilogue_post_ops(const ConvEpilogue& epilogue, const memory::de
   return result;
 }
 
-// y = relu?(y + residual) in one pass, as the CPU's add and ReLU compute it.
+// y = relu?(y + residual) in one pass, as the CPU's add and ReLU compute it; in
+// y's layout (the residual is normally in it already).
 void add_residual(Tensor& y, const Tensor& residual, bool relu) {
-  float* out = y.f32();
-  const float* in = residual.f32();
+  const Tensor aligned = residual.to_layout(y.layout());
+  float* out = y.data<float>();
+  const float* in = aligned.data<float>();
   const std::int64_t n = y.numel();
 #pragma omp parallel for simd schedule(static)
   for (std::int64_t i = 0; i < n; ++i) {
@@ -132,7 +134,7 @@ class DnnlConv2d final : public Conv2d {
     warn_if_reference("forward", fwd_pd_.impl_info_str(), spec);
     fwd_src_.init(plain_desc(src_dims_), fwd_pd_.src_desc(), LayoutBridge::Role::input);
     fwd_weights_.init(plain_desc(weight_dims_), fwd_pd_.weights_desc(), LayoutBridge::Role::input);
-    fwd_dst_.init(plain_desc(dst_dims_), fwd_pd_.dst_desc(), LayoutBridge::Role::output);
+    fwd_dst_.init(plain_desc(dst_dims_), fwd_pd_.dst_desc(), LayoutBridge::Role::output, spec.blocked_outputs);
     fwd_bias_ = memory(bias_desc_, engine(), DNNL_MEMORY_NONE);
     fwd_scratch_ = memory(fwd_pd_.scratchpad_desc(), engine(), DNNL_MEMORY_NONE);
     fwd_args_ = {{DNNL_ARG_SRC, fwd_src_.primitive_memory()},
@@ -165,27 +167,27 @@ class DnnlConv2d final : public Conv2d {
   void backward_data(const Tensor& dy, const Tensor& weight, Tensor& dx) override {
     if (!bwd_data_) build_explained("backward-data", [&] { build_backward_data(); });
     Tensor diff_dst_tmp, weights_tmp, diff_src_tmp, scratch;
-    bwd_data_diff_dst_.bind(dy.raw_data(), diff_dst_tmp);
-    bwd_data_weights_.bind(weight.raw_data(), weights_tmp);
-    bwd_data_diff_src_.bind(dx.raw_data(), diff_src_tmp);
+    bwd_data_diff_dst_.bind_input(dy, diff_dst_tmp);
+    bwd_data_weights_.bind_input(weight, weights_tmp);
+    bwd_data_diff_src_.bind_output(dx, diff_src_tmp);
     bind_buffer(bwd_data_scratch_, bwd_data_pd_.scratchpad_desc().get_size(), scratch);
     bwd_data_->execute(stream(), bwd_data_args_);
-    bwd_data_diff_src_.finish();
+    bwd_data_diff_src_.finish_output(dx);
     stream().wait();
   }
 
   void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dweight, Tensor* dbias) override {
     if (!bwd_weights_) build_explained("backward-weights", [&] { build_backward_weights(); });
     Tensor src_tmp, diff_dst_tmp, diff_weights_tmp, scratch;
-    bwd_weights_src_.bind(x.raw_data(), src_tmp);
-    bwd_weights_diff_dst_.bind(dy.raw_data(), diff_dst_tmp);
-    bwd_weights_diff_weights_.bind(dweight.raw_data(), diff_weights_tmp);
+    bwd_weights_src_.bind_input(x, src_tmp);
+    bwd_weights_diff_dst_.bind_input(dy, diff_dst_tmp);
+    bwd_weights_diff_weights_.bind_output(dweight, diff_weights_tmp);
     if (dbias) bwd_weights_diff_bias_.set_data_handle(dbias->raw_data());
     bind_buffer(bwd_weights_scratch_, bwd_weights_pd_.scratchpad_desc().get_size(), scratch);
     bwd_weights_->execute(stream(), bwd_weights_args_);
-    bwd_weights_diff_weights_.finish();
+    bwd_weights_diff_weights_.finish_output(dweight);
     stream().wait();
-    if (dbias && bias_gradient_) bias_gradient_->compute(dy, *dbias);
+    if (dbias && bias_gradient_) bias_gradient_->compute(dy.to_plain(), *dbias);
   }
 
  private:
@@ -201,13 +203,13 @@ class DnnlConv2d final : public Conv2d {
 
   void run_forward(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y) {
     Tensor src_tmp, weights_tmp, dst_tmp, scratch;
-    fwd_src_.bind(x.raw_data(), src_tmp);
-    fwd_weights_.bind(weight.raw_data(), weights_tmp);
-    fwd_dst_.bind(y.raw_data(), dst_tmp);
+    fwd_src_.bind_input(x, src_tmp);
+    fwd_weights_.bind_input(weight, weights_tmp);
+    fwd_dst_.bind_output(y, dst_tmp);
     if (bias) fwd_bias_.set_data_handle(bias->raw_data());
     bind_buffer(fwd_scratch_, fwd_pd_.scratchpad_desc().get_size(), scratch);
     fwd_.execute(stream(), fwd_args_);
-    fwd_dst_.finish();
+    fwd_dst_.finish_output(y);
     stream().wait();
   }
 
@@ -235,7 +237,8 @@ class DnnlConv2d final : public Conv2d {
     bwd_data_pd_ = dnnl::convolution_backward_data::primitive_desc(desc, user_scratchpad(), engine(), fwd_pd_);
     bwd_data_diff_dst_.init(plain_desc(dst_dims_), bwd_data_pd_.diff_dst_desc(), LayoutBridge::Role::input);
     bwd_data_weights_.init(plain_desc(weight_dims_), bwd_data_pd_.weights_desc(), LayoutBridge::Role::input);
-    bwd_data_diff_src_.init(plain_desc(src_dims_), bwd_data_pd_.diff_src_desc(), LayoutBridge::Role::output);
+    bwd_data_diff_src_.init(plain_desc(src_dims_), bwd_data_pd_.diff_src_desc(), LayoutBridge::Role::output,
+                            spec_.blocked_outputs);
     bwd_data_scratch_ = memory(bwd_data_pd_.scratchpad_desc(), engine(), DNNL_MEMORY_NONE);
     bwd_data_args_ = {{DNNL_ARG_DIFF_DST, bwd_data_diff_dst_.primitive_memory()},
                       {DNNL_ARG_WEIGHTS, bwd_data_weights_.primitive_memory()},

@@ -34,7 +34,10 @@ class LoopGroupNorm final : public GroupNorm {
   void forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y, Tensor& save_mean,
                Tensor& save_invstd) override {
     const Layout layout{spec_};
-    const float *xs = x.f32(), *g = gamma.f32(), *b = beta.f32();
+    // Groups of channels are NCHW planes here: a blocked input is read through its plain form.
+    const Tensor input = x.to_plain();
+    y.set_layout(bigtrain::Layout::plain);
+    const float *xs = input.f32(), *g = gamma.f32(), *b = beta.f32();
     float *ys = y.f32(), *mean_out = save_mean.f32(), *invstd_out = save_invstd.f32();
     const std::int64_t units = spec_.batch * spec_.groups;
     const std::int64_t count = spec_.group_size();
@@ -69,7 +72,9 @@ class LoopGroupNorm final : public GroupNorm {
   void backward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& save_mean,
                 const Tensor& save_invstd, Tensor& dx, Tensor& dgamma, Tensor& dbeta) override {
     const Layout layout{spec_};
-    const float *xs = x.f32(), *dys = dy.f32(), *g = gamma.f32(), *mean = save_mean.f32(), *inv = save_invstd.f32();
+    const Tensor input = x.to_plain(), gradient = dy.to_plain();
+    dx.set_layout(bigtrain::Layout::plain);
+    const float *xs = input.f32(), *dys = gradient.f32(), *g = gamma.f32(), *mean = save_mean.f32(), *inv = save_invstd.f32();
     float *dxs = dx.f32(), *dg = dgamma.f32(), *db = dbeta.f32();
     const std::int64_t planes = spec_.batch * spec_.channels;
     // Per plane: sum dy and sum dy (x - group mean), shared by the parameter and input gradients.

@@ -26,28 +26,91 @@ bool same_bytes(const memory::desc& a, const memory::desc& b) {
   return true;
 }
 
-void LayoutBridge::init(const memory::desc& plain, const memory::desc& chosen, Role role) {
+memory::desc layout_desc(const memory::dims& dims, Layout layout) {
+  using tag = memory::format_tag;
+  switch (layout) {
+    case Layout::blocked8: return {dims, memory::data_type::f32, tag::nChw8c};
+    case Layout::blocked16: return {dims, memory::data_type::f32, tag::nChw16c};
+    case Layout::plain: break;
+  }
+  return {dims, memory::data_type::f32, dims.size() == 5 ? tag::goihw : dims.size() == 2 ? tag::nc : tag::nchw};
+}
+
+void LayoutBridge::init(const memory::desc& plain, const memory::desc& chosen, Role role, bool blocked_output) {
   role_ = role;
-  reordered_ = !same_bytes(plain, chosen);
-  if (!reordered_) {
-    plain_ = inner_ = memory(chosen, engine(), DNNL_MEMORY_NONE);
+  blocked_output_ = blocked_output;
+  plain_desc_ = plain;
+  chosen_desc_ = chosen;
+  dims_ = plain.dims();
+  bytes_ = chosen.get_size();
+  chosen_layout_.reset();
+  if (same_bytes(plain, chosen)) {
+    chosen_layout_ = Layout::plain;
+  } else if (dims_.size() == 4) {
+    for (Layout layout : {Layout::blocked8, Layout::blocked16})
+      if (dims_[1] % layout_block(layout) == 0 && same_bytes(layout_desc(dims_, layout), chosen))
+        chosen_layout_ = layout;
+  }
+  inner_ = memory(chosen, engine(), DNNL_MEMORY_NONE);
+  for (auto& reorder : reorders_) reorder.reset();
+}
+
+dnnl::reorder& LayoutBridge::reorder_for(Layout layout) {
+  auto& reorder = reorders_[static_cast<int>(layout)];
+  if (!reorder) {
+    memory& outer = outer_for(layout);
+    outer = memory(layout == Layout::plain ? plain_desc_ : layout_desc(dims_, layout), engine(), DNNL_MEMORY_NONE);
+    reorder = role_ == Role::input ? dnnl::reorder(outer, inner_) : dnnl::reorder(inner_, outer);
+  }
+  return *reorder;
+}
+
+void LayoutBridge::bind_input(const Tensor& tensor, Tensor& temporary) {
+  const Layout layout = tensor.layout();
+  if (chosen_layout_ == layout) {
+    inner_.set_data_handle(tensor.raw_data());
     return;
   }
-  plain_ = memory(plain, engine(), DNNL_MEMORY_NONE);
-  inner_ = memory(chosen, engine(), DNNL_MEMORY_NONE);
-  bytes_ = chosen.get_size();
-  reorder_ = role == Role::input ? dnnl::reorder(plain_, inner_) : dnnl::reorder(inner_, plain_);
+  dnnl::reorder& reorder = reorder_for(layout);
+  outer_for(layout).set_data_handle(tensor.raw_data());
+  bind_buffer(inner_, bytes_, temporary);
+  reorder.execute(stream(), outer_for(layout), inner_);
+}
+
+void LayoutBridge::bind_output(Tensor& tensor, Tensor& temporary) {
+  const bool may_block = blocked_output_ && chosen_layout_ && *chosen_layout_ != Layout::plain;
+  output_layout_ = writable_layout(tensor, may_block ? *chosen_layout_ : Layout::plain);
+  direct_ = chosen_layout_ == output_layout_;
+  if (direct_) {
+    inner_.set_data_handle(tensor.raw_data());
+    return;
+  }
+  reorder_for(output_layout_);
+  outer_for(output_layout_).set_data_handle(tensor.raw_data());
+  bind_buffer(inner_, bytes_, temporary);
+}
+
+void LayoutBridge::finish_output(Tensor& tensor) {
+  if (!direct_) reorder_for(output_layout_).execute(stream(), inner_, outer_for(output_layout_));
+  tensor.set_layout(output_layout_);
 }
 
 void LayoutBridge::bind(const void* data, Tensor& temporary) {
-  plain_.set_data_handle(const_cast<void*>(data));
-  if (!reordered_) return;
+  if (chosen_layout_ == Layout::plain) {
+    inner_.set_data_handle(const_cast<void*>(data));
+    direct_ = true;
+    return;
+  }
+  direct_ = false;
+  output_layout_ = Layout::plain;
+  reorder_for(Layout::plain);
+  outer_for(Layout::plain).set_data_handle(const_cast<void*>(data));
   bind_buffer(inner_, bytes_, temporary);
-  if (role_ == Role::input) reorder_.execute(stream(), plain_, inner_);
+  if (role_ == Role::input) reorder_for(Layout::plain).execute(stream(), outer_for(Layout::plain), inner_);
 }
 
 void LayoutBridge::finish() {
-  if (reordered_ && role_ == Role::output) reorder_.execute(stream(), inner_, plain_);
+  if (role_ == Role::output && !direct_) reorder_for(Layout::plain).execute(stream(), inner_, outer_for(Layout::plain));
 }
 
 }  // namespace bigtrain::kernels::cpu

@@ -5,15 +5,18 @@
 // (built once) converts into or out of a temporary; a float32 -> bf16 reorder
 // rounds to nearest-even, as kernels/reference/round_to_dtype does.
 //
-// Where this costs: every call reorders the activation in and the result out, and
-// the weights, although they only change at optimizer steps (a weight cache would
-// need a version counter on Tensor to be safe). Measured on a 2-core AVX2 machine,
+// Where this costs: activations are reordered only when their tensor's layout is
+// not the primitive's (blocked activations pass straight through), but the
+// weights are reordered at every call, although they only change at optimizer
+// steps (a weight cache would need a version counter on Tensor to be safe). Measured on a 2-core AVX2 machine,
 // batch 8, ResNet-18 shapes: ~5-7% over the same primitives on blocked memory for
 // 3x3 layers (weights included: 5% of the 512-channel layer), but 2x for the 1x1
 // stride-2 downsample, whose input reorder is 4x its output. PyTorch's NCHW path
 // pays the same reorders. The interface trades that for plain tensors everywhere
 // else (reference, tests, checkpoints, other ops).
+#include <array>
 #include <cstddef>
+#include <optional>
 
 #include <dnnl.hpp>
 
@@ -31,28 +34,54 @@ void bind_buffer(dnnl::memory& target, std::size_t bytes, Tensor& owner);
 // type, e.g. nchw and nhwc of a one-channel tensor: then no copy is needed.
 bool same_bytes(const dnnl::memory::desc& a, const dnnl::memory::desc& b);
 
-// One tensor argument of a primitive.
+// The oneDNN descriptor of a tensor with `dims` in `layout` (float32): nchw or
+// goihw for plain, nChw8c / nChw16c for the blocked ones.
+dnnl::memory::desc layout_desc(const dnnl::memory::dims& dims, Layout layout);
+
+// One tensor argument of a primitive. Inputs arrive in whatever layout their
+// tensor holds (Tensor::layout) and are reordered only when the primitive chose
+// another; an output is written in place when the primitive's choice is a layout a
+// Tensor can hold and the op was allowed to leave it blocked (Conv2dSpec::
+// blocked_outputs), else through a temporary reordered into NCHW.
 class LayoutBridge {
  public:
   enum class Role { input, output };
 
-  void init(const dnnl::memory::desc& plain, const dnnl::memory::desc& chosen, Role role);
+  void init(const dnnl::memory::desc& plain, const dnnl::memory::desc& chosen, Role role,
+            bool blocked_output = false);
 
   // The memory the primitive reads or writes; it stays the same object across calls.
   const dnnl::memory& primitive_memory() const { return inner_; }
-  bool reordered() const { return reordered_; }
 
-  // Points the bridge at `data` for one call; an input is reordered right away.
+  // Points the bridge at an input tensor for one call, reordering it right away
+  // when its layout is not the primitive's.
+  void bind_input(const Tensor& tensor, Tensor& temporary);
+  // Points the bridge at an output tensor for one call; finish_output() after the
+  // primitive ran reorders (when needed) and records the tensor's layout.
+  void bind_output(Tensor& tensor, Tensor& temporary);
+  void finish_output(Tensor& tensor);
+
+  // Plain-only form (linear layers): `data` is in the plain layout.
   void bind(const void* data, Tensor& temporary);
-  // After the primitive ran: an output is reordered back into the tensor.
   void finish();
 
  private:
+  // The reorder between the primitive's memory and a tensor in `layout`, built on first use.
+  dnnl::reorder& reorder_for(Layout layout);
+  dnnl::memory& outer_for(Layout layout) { return outer_[static_cast<int>(layout)]; }
+
   Role role_ = Role::input;
-  dnnl::memory plain_, inner_;
-  dnnl::reorder reorder_;
-  bool reordered_ = false;
+  bool blocked_output_ = false;
+  dnnl::memory::dims dims_;
+  dnnl::memory::desc plain_desc_, chosen_desc_;
+  // The Tensor layout whose bytes equal the primitive's choice, if any.
+  std::optional<Layout> chosen_layout_;
+  dnnl::memory inner_;
+  std::array<dnnl::memory, 3> outer_;
+  std::array<std::optional<dnnl::reorder>, 3> reorders_;
   std::size_t bytes_ = 0;
+  bool direct_ = true;       // this call's tensor is the primitive's memory
+  Layout output_layout_ = Layout::plain;
 };
 
 }  // namespace bigtrain::kernels::cpu

@@ -87,10 +87,12 @@ class KinkSnap final : public ReluInputHook {
   static constexpr double kBand = 1e-4;
 
   void before_relu(const std::string& relu_name, Tensor& input) override {
-    // A device tensor is edited in a host copy and written back.
-    Tensor host = input.device().is_cpu() ? input : input.to(Device::cpu());
+    // A device or blocked tensor is edited in a plain host copy and written back
+    // in its own layout.
+    const bool in_place = input.device().is_cpu() && input.layout() == Layout::plain;
+    Tensor host = in_place ? input : input.to(Device::cpu()).to_plain();
     snap(relu_name, host);
-    if (!input.device().is_cpu()) input.copy_from(host);
+    if (!in_place) input.copy_from(host.to_layout(input.layout()));
   }
 
   void snap(const std::string& relu_name, Tensor& input) {
