@@ -145,8 +145,17 @@ nlohmann::json run_ceiling(int warmup, int iters) {
 
 // ---- models ---------------------------------------------------------------------
 
-nlohmann::json run_model(const std::string& preset, std::int64_t tile, std::int64_t batch, const std::string& mode,
-                         bool fuse_conv_bn, const std::string& precision, int warmup, int iters) {
+struct ModelRun {
+  std::string preset = "resnet18", mode = "train", precision = "fp32";
+  std::int64_t tile = 224, batch = 8;
+  bool fuse_conv_bn = true;
+  // Off: every activation reordered into NCHW and back around each oneDNN op
+  // (ForwardContext::blocked_activations), to measure what the blocked layout saves.
+  bool blocked_activations = true;
+};
+
+nlohmann::json run_model(const ModelRun& run, int warmup, int iters) {
+  const auto& [preset, mode, precision, tile, batch, fuse_conv_bn, blocked_activations] = run;
   BT_CHECK(precision == "fp32" || precision == "bf16", "unknown precision '{}'; valid: fp32, bf16", precision);
   // train.precision bf16: the convolutions compute in bf16 with float32 master weights
   // (refused, naming the instruction set, on a CPU without AVX512_BF16).
@@ -177,6 +186,7 @@ nlohmann::json run_model(const std::string& preset, std::int64_t tile, std::int6
                                          model.parameters(), backend);
     auto ctx = net::ForwardContext::train(backend);
     ctx.compute_dtype = compute_dtype;
+    ctx.blocked_activations = blocked_activations;
     seconds = time_iterations(warmup, iters, [&] {
       optimizer->zero_grad();
       const Tensor logits = model.forward(images, ctx);
@@ -190,6 +200,7 @@ nlohmann::json run_model(const std::string& preset, std::int64_t tile, std::int6
     auto ctx = net::ForwardContext::inference(backend);
     ctx.fuse_conv_bn = fuse_conv_bn;
     ctx.compute_dtype = compute_dtype;
+    ctx.blocked_activations = blocked_activations;
     seconds = time_iterations(warmup, iters, [&] { model.forward(images, ctx); });
   }
   const double t = median(seconds);
@@ -200,6 +211,7 @@ nlohmann::json run_model(const std::string& preset, std::int64_t tile, std::int6
           {"batch", batch},
           {"mode", mode},
           {"fuse_conv_bn", fuse_conv_bn},
+          {"blocked_activations", blocked_activations},
           {"precision", precision},
           {"median_s", t},
           {"seconds", seconds},
@@ -224,23 +236,25 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads, "OpenMP threads (0: the default)");
   auto* ceiling = app.add_subcommand("ceiling", "one large oneDNN 3x3 convolution");
   auto* model = app.add_subcommand("model", "training or inference of one model");
-  std::string preset = "resnet18", mode = "train";
-  std::int64_t tile = 224, batch = 8;
-  model->add_option("--preset", preset)->capture_default_str();
-  model->add_option("--tile", tile)->capture_default_str();
-  model->add_option("--batch", batch)->capture_default_str();
-  model->add_option("--mode", mode, "train | infer")->capture_default_str();
-  bool layer_by_layer = false;
+  ModelRun run;
+  model->add_option("--preset", run.preset)->capture_default_str();
+  model->add_option("--tile", run.tile)->capture_default_str();
+  model->add_option("--batch", run.batch)->capture_default_str();
+  model->add_option("--mode", run.mode, "train | infer")->capture_default_str();
+  bool layer_by_layer = false, plain_activations = false;
   model->add_flag("--layer-by-layer", layer_by_layer,
                   "inference without convolution+BatchNorm+ReLU fusion (the fusion's gain, measured in the same run)");
-  std::string precision = "fp32";
-  model->add_option("--precision", precision, "fp32 | bf16 (the convolutions' compute type; bf16 needs AVX512_BF16)")
+  model->add_flag("--plain-activations", plain_activations,
+                  "activations reordered into NCHW around every oneDNN op (the blocked layout's gain)");
+  model->add_option("--precision", run.precision, "fp32 | bf16 (the convolutions' compute type; bf16 needs AVX512_BF16)")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::warn);
   if (threads > 0) omp_set_num_threads(threads);
   try {
-    const auto result = ceiling->parsed() ? run_ceiling(warmup, iters) : run_model(preset, tile, batch, mode, !layer_by_layer, precision, warmup, iters);
+    run.fuse_conv_bn = !layer_by_layer;
+    run.blocked_activations = !plain_activations;
+    const auto result = ceiling->parsed() ? run_ceiling(warmup, iters) : run_model(run, warmup, iters);
     fmt::print("{}\n", result.dump());
   } catch (const std::exception& e) {
     fmt::print(stderr, "bench_net: {}\n", e.what());
