@@ -48,18 +48,24 @@ dnnl::primitive_attr user_scratchpad() {
 // BatchNorm of the epilogue as oneDNN post-ops on the convolution's output: a
 // per-channel multiply and add (computed from the statistics at each call, so an
 // optimizer step or a checkpoint load needs no invalidation), then ReLU unless a
-// residual comes first. The residual is added after the output is back in NCHW
-// (add_residual), not as a post-op: a `sum` post-op after the BatchNorm's sent
-// oneDNN 2.6 to its reference kernel (ref:any, thousands of times slower), an
-// element-wise add needs the residual reordered into the output's blocked layout,
-// which cost more than the add (ResNet-18 inference at 224, batch 8: 0.88x the
-// unfused network, against 1.04x with the add apart).
+// residual comes first. The residual is added in a loop after the primitive
+// (add_residual, in the output's layout), not as a post-op: a `sum` post-op after
+// the BatchNorm's sent oneDNN 2.6 to its reference kernel (ref:any, thousands of
+// times slower), and a binary add needed the NCHW residual reordered into the
+// output's blocked layout, which cost more than the add (ResNet-18 inference at 224,
+// batch 8: 0.88x the unfused network, against 1.04x with the add apart; measured
+// before activations stayed blocked, when the residual was still NCHW).
 struct EpiloguePostOps {
   dnnl::primitive_attr attr;
   int scale = -1, shift = -1;  // post-op positions of the BatchNorm's operands
+  int residual = -1;            // and of the residual, when it is a post-op
 };
 
-EpiloguePostOps epilogue_post_ops(const ConvEpilogue& epilogue, const memory::desc& per_channel) {
+// With `residual` (the output's own descriptor), the residual add is a post-op too,
+// then ReLU: for a residual already in the output's blocked layout (see
+// DnnlConv2d::fwd_residual_).
+EpiloguePostOps epilogue_post_ops(const ConvEpilogue& epilogue, const memory::desc& per_channel,
+                                  const memory::desc* residual = nullptr) {
   EpiloguePostOps result{user_scratchpad()};
   dnnl::post_ops ops;
   if (epilogue.batch_norm) {
@@ -68,7 +74,12 @@ EpiloguePostOps epilogue_post_ops(const ConvEpilogue& epilogue, const memory::de
     result.shift = ops.len();
     ops.append_binary(dnnl::algorithm::binary_add, per_channel);
   }
-  if (epilogue.relu && !epilogue.residual) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+  if (residual) {
+    result.residual = ops.len();
+    ops.append_binary(dnnl::algorithm::binary_add, *residual);
+  }
+  if (epilogue.relu && (!epilogue.residual || residual))
+    ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
   result.attr.set_post_ops(ops);
   return result;
 }
@@ -128,6 +139,7 @@ class DnnlConv2d final : public Conv2d {
                                             fwd_pd_.src_desc(), fwd_pd_.weights_desc(), bias_desc_,
                                             fwd_pd_.dst_desc(), strides_, dilates_, padding_l_, padding_r_);
       post_ops = epilogue_post_ops(spec.epilogue, per_channel);
+      if (spec.epilogue.residual && spec.blocked_outputs) build_residual_post_op(fused, per_channel);
       fwd_pd_ = dnnl::convolution_forward::primitive_desc(fused, post_ops.attr, engine());
     }
     fwd_ = dnnl::convolution_forward(fwd_pd_);
@@ -151,6 +163,12 @@ class DnnlConv2d final : public Conv2d {
       fwd_args_[DNNL_ARG_ATTR_MULTIPLE_POST_OP(post_ops.shift) | DNNL_ARG_SRC_1] =
           memory(per_channel, engine(), bn_shift_.data());
     }
+    if (fwd_residual_) {
+      for (const auto& [argument, value] : fwd_args_)
+        if (argument != DNNL_ARG_SCRATCHPAD) fwd_residual_args_.emplace(argument, value);
+      fwd_residual_args_[DNNL_ARG_SCRATCHPAD] = fwd_residual_scratch_;
+      fwd_residual_args_[DNNL_ARG_ATTR_MULTIPLE_POST_OP(residual_post_op_) | DNNL_ARG_SRC_1] = fwd_residual_input_;
+    }
   }
 
   void forward(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y) override {
@@ -160,6 +178,19 @@ class DnnlConv2d final : public Conv2d {
   void forward_fused(const Tensor& x, const Tensor& weight, const Tensor* bias, const ConvEpilogueInputs& epilogue,
                      Tensor& y) override {
     if (spec_.epilogue.batch_norm) fold_batch_norm(epilogue);
+    if (fwd_residual_ && epilogue.residual->layout() == residual_layout_) {
+      Tensor src_tmp, weights_tmp, dst_tmp, scratch;
+      fwd_src_.bind_input(x, src_tmp);
+      fwd_weights_.bind_input(weight, weights_tmp);
+      fwd_dst_.bind_output(y, dst_tmp);
+      if (bias) fwd_bias_.set_data_handle(bias->raw_data());
+      fwd_residual_input_.set_data_handle(epilogue.residual->raw_data());
+      bind_buffer(fwd_residual_scratch_, fwd_residual_pd_.scratchpad_desc().get_size(), scratch);
+      fwd_residual_->execute(stream(), fwd_residual_args_);
+      fwd_dst_.finish_output(y);
+      stream().wait();
+      return;
+    }
     run_forward(x, weight, bias, y);
     if (spec_.epilogue.residual) add_residual(y, *epilogue.residual, spec_.epilogue.relu);
   }
@@ -211,6 +242,32 @@ class DnnlConv2d final : public Conv2d {
     fwd_.execute(stream(), fwd_args_);
     fwd_dst_.finish_output(y);
     stream().wait();
+  }
+
+  // A second fused primitive with the residual add (and ReLU) as post-ops, for a
+  // residual already in the layout of the output (blocked activations): one pass
+  // over the output instead of the primitive's plus add_residual's. Kept only where
+  // oneDNN has an optimised kernel for it.
+  void build_residual_post_op(const dnnl::convolution_forward::desc& fused, const memory::desc& per_channel) {
+    const memory::desc output(fused.data.dst_desc);
+    std::optional<Layout> layout;
+    for (Layout candidate : {Layout::blocked8, Layout::blocked16})
+      if (spec_.out_channels % layout_block(candidate) == 0 && same_bytes(layout_desc(dst_dims_, candidate), output))
+        layout = candidate;
+    if (!layout) return;
+    const EpiloguePostOps ops = epilogue_post_ops(spec_.epilogue, per_channel, &output);
+    try {
+      dnnl::convolution_forward::primitive_desc pd(fused, ops.attr, engine());
+      if (std::string(pd.impl_info_str()).rfind("ref", 0) == 0) return;
+      fwd_residual_pd_ = pd;
+    } catch (const dnnl::error&) {
+      return;  // no kernel takes it: the add stays a loop
+    }
+    fwd_residual_.emplace(fwd_residual_pd_);
+    residual_layout_ = *layout;
+    residual_post_op_ = ops.residual;
+    fwd_residual_input_ = memory(output, engine(), DNNL_MEMORY_NONE);
+    fwd_residual_scratch_ = memory(fwd_residual_pd_.scratchpad_desc(), engine(), DNNL_MEMORY_NONE);
   }
 
   // BatchNorm with running statistics is y = a*x + b per channel; a and b as the CPU
@@ -296,6 +353,12 @@ class DnnlConv2d final : public Conv2d {
   memory fwd_bias_, fwd_scratch_;
   Args fwd_args_;
   std::vector<float> bn_scale_, bn_shift_;  // the fused BatchNorm's a and b; sized once, bound in fwd_args_
+  dnnl::convolution_forward::primitive_desc fwd_residual_pd_;
+  std::optional<dnnl::convolution_forward> fwd_residual_;
+  Layout residual_layout_ = Layout::plain;
+  int residual_post_op_ = -1;
+  memory fwd_residual_input_, fwd_residual_scratch_;
+  Args fwd_residual_args_;
 
   dnnl::convolution_backward_data::primitive_desc bwd_data_pd_;
   std::optional<dnnl::convolution_backward_data> bwd_data_;

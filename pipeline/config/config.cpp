@@ -113,6 +113,18 @@ AugmentationConfig read_augmentation(ConfigSection s) {
   return a;
 }
 
+// A size key ("256MiB", "2 GiB") where 0 is a meaningful setting, which
+// parse_memory_size (sizes of things) refuses.
+std::size_t read_memory_size_or_zero(ConfigSection& s, std::string_view key, const std::string& text,
+                                     std::string_view hint) {
+  if (text == "0") return 0;
+  try {
+    return parse_memory_size(text);
+  } catch (const Error& error) {
+    s.fail(key, fmt::format("{}{}", error.what(), hint));
+  }
+}
+
 TrainConfig read_train(ConfigSection s) {
   TrainConfig t;
   t.epochs = s.get_int("epochs", t.epochs, 1, 1'000'000);
@@ -154,27 +166,13 @@ TrainConfig read_train(ConfigSection s) {
   }
   t.cudnn_workspace = s.get_string("cudnn_workspace", t.cudnn_workspace);
   // 0 is a choice: only the algorithms that need no scratch.
-  if (t.cudnn_workspace == "0") {
-    t.cudnn_workspace_bytes = 0;
-  } else {
-    try {
-      t.cudnn_workspace_bytes = parse_memory_size(t.cudnn_workspace);
-    } catch (const Error& error) {
-      s.fail("cudnn_workspace", error.what());
-    }
-  }
+  t.cudnn_workspace_bytes = read_memory_size_or_zero(s, "cudnn_workspace", t.cudnn_workspace, "");
   t.memory_budget = s.get_string("memory_budget", t.memory_budget);
-  if (t.memory_budget == "auto") {
+  if (t.memory_budget == "auto")
     t.memory_budget_bytes.reset();
-  } else if (t.memory_budget == "0") {
-    t.memory_budget_bytes = 0;
-  } else {
-    try {
-      t.memory_budget_bytes = parse_memory_size(t.memory_budget);
-    } catch (const Error& error) {
-      s.fail("memory_budget", fmt::format("{} (or \"auto\", or 0 to recompute every tile batch)", error.what()));
-    }
-  }
+  else
+    t.memory_budget_bytes = read_memory_size_or_zero(s, "memory_budget", t.memory_budget,
+                                                     " (or \"auto\", or 0 to recompute every tile batch)");
   s.finish();
   return t;
 }
