@@ -40,7 +40,6 @@ void LayoutBridge::init(const memory::desc& plain, const memory::desc& chosen, R
   role_ = role;
   blocked_output_ = blocked_output;
   plain_desc_ = plain;
-  chosen_desc_ = chosen;
   dims_ = plain.dims();
   bytes_ = chosen.get_size();
   chosen_layout_.reset();

@@ -73,7 +73,7 @@ class LayoutBridge {
   Role role_ = Role::input;
   bool blocked_output_ = false;
   dnnl::memory::dims dims_;
-  dnnl::memory::desc plain_desc_, chosen_desc_;
+  dnnl::memory::desc plain_desc_;
   // The Tensor layout whose bytes equal the primitive's choice, if any.
   std::optional<Layout> chosen_layout_;
   dnnl::memory inner_;
