@@ -94,22 +94,4 @@ void LayoutBridge::finish_output(Tensor& tensor) {
   tensor.set_layout(output_layout_);
 }
 
-void LayoutBridge::bind(const void* data, Tensor& temporary) {
-  if (chosen_layout_ == Layout::plain) {
-    inner_.set_data_handle(const_cast<void*>(data));
-    direct_ = true;
-    return;
-  }
-  direct_ = false;
-  output_layout_ = Layout::plain;
-  reorder_for(Layout::plain);
-  outer_for(Layout::plain).set_data_handle(const_cast<void*>(data));
-  bind_buffer(inner_, bytes_, temporary);
-  if (role_ == Role::input) reorder_for(Layout::plain).execute(stream(), outer_for(Layout::plain), inner_);
-}
-
-void LayoutBridge::finish() {
-  if (role_ == Role::output && !direct_) reorder_for(Layout::plain).execute(stream(), inner_, outer_for(Layout::plain));
-}
-
 }  // namespace bigtrain::kernels::cpu

@@ -61,10 +61,6 @@ class LayoutBridge {
   void bind_output(Tensor& tensor, Tensor& temporary);
   void finish_output(Tensor& tensor);
 
-  // Plain-only form (linear layers): `data` is in the plain layout.
-  void bind(const void* data, Tensor& temporary);
-  void finish();
-
  private:
   // The reorder between the primitive's memory and a tensor in `layout`, built on first use.
   dnnl::reorder& reorder_for(Layout layout);

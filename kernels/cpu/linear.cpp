@@ -55,38 +55,38 @@ class DnnlLinear final : public Linear {
 
   void forward(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y) override {
     Tensor src_tmp, weights_tmp, dst_tmp, scratch;
-    fwd_src_.bind(x.raw_data(), src_tmp);
-    fwd_weights_.bind(weight.raw_data(), weights_tmp);
-    fwd_dst_.bind(y.raw_data(), dst_tmp);
+    fwd_src_.bind_input(x, src_tmp);
+    fwd_weights_.bind_input(weight, weights_tmp);
+    fwd_dst_.bind_output(y, dst_tmp);
     if (bias) fwd_bias_.set_data_handle(bias->raw_data());
     bind_buffer(fwd_scratch_, fwd_pd_.scratchpad_desc().get_size(), scratch);
     fwd_.execute(stream(), fwd_args_);
-    fwd_dst_.finish();
+    fwd_dst_.finish_output(y);
     stream().wait();
   }
 
   void backward_data(const Tensor& dy, const Tensor& weight, Tensor& dx) override {
     if (!bwd_data_) build_backward_data();
     Tensor diff_dst_tmp, weights_tmp, diff_src_tmp, scratch;
-    bwd_data_diff_dst_.bind(dy.raw_data(), diff_dst_tmp);
-    bwd_data_weights_.bind(weight.raw_data(), weights_tmp);
-    bwd_data_diff_src_.bind(dx.raw_data(), diff_src_tmp);
+    bwd_data_diff_dst_.bind_input(dy, diff_dst_tmp);
+    bwd_data_weights_.bind_input(weight, weights_tmp);
+    bwd_data_diff_src_.bind_output(dx, diff_src_tmp);
     bind_buffer(bwd_data_scratch_, bwd_data_pd_.scratchpad_desc().get_size(), scratch);
     bwd_data_->execute(stream(), bwd_data_args_);
-    bwd_data_diff_src_.finish();
+    bwd_data_diff_src_.finish_output(dx);
     stream().wait();
   }
 
   void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dweight, Tensor* dbias) override {
     if (!bwd_weights_) build_backward_weights();
     Tensor src_tmp, diff_dst_tmp, diff_weights_tmp, scratch;
-    bwd_weights_src_.bind(x.raw_data(), src_tmp);
-    bwd_weights_diff_dst_.bind(dy.raw_data(), diff_dst_tmp);
-    bwd_weights_diff_weights_.bind(dweight.raw_data(), diff_weights_tmp);
+    bwd_weights_src_.bind_input(x, src_tmp);
+    bwd_weights_diff_dst_.bind_input(dy, diff_dst_tmp);
+    bwd_weights_diff_weights_.bind_output(dweight, diff_weights_tmp);
     if (dbias) bwd_weights_diff_bias_.set_data_handle(dbias->raw_data());
     bind_buffer(bwd_weights_scratch_, bwd_weights_pd_.scratchpad_desc().get_size(), scratch);
     bwd_weights_->execute(stream(), bwd_weights_args_);
-    bwd_weights_diff_weights_.finish();
+    bwd_weights_diff_weights_.finish_output(dweight);
     stream().wait();
     if (dbias && bias_gradient_) bias_gradient_->compute(dy, *dbias);
   }
