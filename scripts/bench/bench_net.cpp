@@ -148,6 +148,11 @@ nlohmann::json run_ceiling(int warmup, int iters) {
 struct ModelRun {
   std::string preset = "resnet18", mode = "train", precision = "fp32";
   std::int64_t tile = 224, batch = 8;
+  // The encoder's shape beyond the preset: the seed-scale recipes' small encoders
+  // (width 0.25, a 5x5 stride-2 stem without max pooling) on small tiles.
+  double width = 1.0;
+  int stem_kernel = 7, stem_stride = 2;
+  bool maxpool = true;
   bool fuse_conv_bn = true;
   // Off: every activation reordered into NCHW and back around each oneDNN op
   // (ForwardContext::blocked_activations), to measure what the blocked layout saves.
@@ -155,7 +160,8 @@ struct ModelRun {
 };
 
 nlohmann::json run_model(const ModelRun& run, int warmup, int iters) {
-  const auto& [preset, mode, precision, tile, batch, fuse_conv_bn, blocked_activations] = run;
+  const auto& [preset, mode, precision, tile, batch, width, stem_kernel, stem_stride, maxpool, fuse_conv_bn,
+               blocked_activations] = run;
   BT_CHECK(precision == "fp32" || precision == "bf16", "unknown precision '{}'; valid: fp32, bf16", precision);
   // train.precision bf16: the convolutions compute in bf16 with float32 master weights
   // (refused, naming the instruction set, on a CPU without AVX512_BF16).
@@ -163,6 +169,8 @@ nlohmann::json run_model(const ModelRun& run, int warmup, int iters) {
   net::ModelSpec spec;
   spec.encoder = net::EncoderSpec::preset_spec(preset);
   spec.encoder.in_channels = 1;
+  spec.encoder.width = width;
+  spec.encoder.stem = {.kernel = stem_kernel, .stride = stem_stride, .padding = stem_kernel / 2, .maxpool = maxpool};
   spec.num_classes = 2;
   Allocator& allocator = allocator_for(Device::cpu());
   allocator.reset_peak();
@@ -209,6 +217,8 @@ nlohmann::json run_model(const ModelRun& run, int warmup, int iters) {
           {"preset", preset},
           {"tile", tile},
           {"batch", batch},
+          {"width", width},
+          {"stem", fmt::format("{}/{}{}", stem_kernel, stem_stride, maxpool ? "" : " no maxpool")},
           {"mode", mode},
           {"fuse_conv_bn", fuse_conv_bn},
           {"blocked_activations", blocked_activations},
@@ -241,6 +251,11 @@ int main(int argc, char** argv) {
   model->add_option("--tile", run.tile)->capture_default_str();
   model->add_option("--batch", run.batch)->capture_default_str();
   model->add_option("--mode", run.mode, "train | infer")->capture_default_str();
+  model->add_option("--width", run.width, "channel multiplier")->capture_default_str();
+  model->add_option("--stem-kernel", run.stem_kernel)->capture_default_str();
+  model->add_option("--stem-stride", run.stem_stride)->capture_default_str();
+  bool no_maxpool = false;
+  model->add_flag("--no-maxpool", no_maxpool, "no 3x3 stride-2 max pooling after the stem");
   bool layer_by_layer = false, plain_activations = false;
   model->add_flag("--layer-by-layer", layer_by_layer,
                   "inference without convolution+BatchNorm+ReLU fusion (the fusion's gain, measured in the same run)");
@@ -253,6 +268,7 @@ int main(int argc, char** argv) {
   if (threads > 0) omp_set_num_threads(threads);
   try {
     run.fuse_conv_bn = !layer_by_layer;
+    run.maxpool = !no_maxpool;
     run.blocked_activations = !plain_activations;
     const auto result = ceiling->parsed() ? run_ceiling(warmup, iters) : run_model(run, warmup, iters);
     fmt::print("{}\n", result.dump());
