@@ -222,6 +222,15 @@ struct Trainer::State {
   std::uint64_t seed(std::uint64_t purpose, std::uint64_t epoch = 0, std::uint64_t image = 0) const {
     return mix_seed(config.train.seed, purpose, epoch, image);
   }
+  // train.bn_calibration_images: the running statistics re-estimated from training
+  // tiles as the training forward reads them, with the encoder's current weights.
+  void calibrate_batch_norm_if_asked() {
+    if (config.train.bn_calibration_images <= 0 || model->spec().encoder.norm == net::NormKind::group) return;
+    const BnCalibration calibration = calibrate_batch_norm(model->encoder(), backend, config, dataset.train,
+                                                           config.train.bn_calibration_images, seed(kBnCalibration));
+    spdlog::info("BatchNorm running statistics estimated from {} tiles of {} training images ({} batches, {:.1f} s)",
+                 calibration.tiles, calibration.images, calibration.batches, calibration.seconds);
+  }
   std::int64_t steps_per_epoch() const {
     const auto n = static_cast<std::int64_t>(dataset.train.size());
     return (n + config.train.images_per_step - 1) / config.train.images_per_step;
@@ -791,18 +800,14 @@ Trainer::Trainer(Config config, bool resume, std::optional<Backend> backend) : s
   if (group_norm && (c.train.freeze_bn || c.train.bn_calibration_images > 0))
     spdlog::warn("train.freeze_bn and train.bn_calibration_images do nothing with model.norm: group (GroupNorm "
                  "has no running statistics)");
-  if (!resume && c.train.freeze_bn && spec.pretrained.empty() && !group_norm)
+  if (!resume && c.train.freeze_bn && spec.pretrained.empty() && c.pretrain.epochs == 0 && !group_norm)
     spdlog::info("train.freeze_bn with a randomly initialised encoder: BatchNorm keeps the statistics of the "
                  "initial weights; if the loss stays at ln(classes), try batch statistics (docs/learning.md)");
-  if (!resume && c.train.bn_calibration_images > 0 && !group_norm) {
-    if (!c.train.freeze_bn)
-      spdlog::warn("train.bn_calibration_images without train.freeze_bn: training BatchNorm replaces the "
-                   "calibrated statistics with its own running averages");
-    const BnCalibration calibration = calibrate_batch_norm(s.model->encoder(), s.backend, c, s.dataset.train,
-                                                           c.train.bn_calibration_images, s.seed(kBnCalibration));
-    spdlog::info("BatchNorm running statistics estimated from {} tiles of {} training images ({} batches, {:.1f} s)",
-                 calibration.tiles, calibration.images, calibration.batches, calibration.seconds);
-  }
+  if (!resume && c.train.bn_calibration_images > 0 && !group_norm && !c.train.freeze_bn)
+    spdlog::warn("train.bn_calibration_images without train.freeze_bn: training BatchNorm replaces the "
+                 "calibrated statistics with its own running averages");
+  // With pretraining, after it (Trainer::run): its statistics are those of the pretext's views.
+  if (!resume && c.pretrain.epochs == 0) s.calibrate_batch_norm_if_asked();
 
   net::OptimizerConfig optimizer;
   optimizer.kind = c.train.optimizer;
@@ -972,6 +977,7 @@ TrainOutcome Trainer::run() {
             ? pretrain_by_contrast(c, s.dataset.train, s.model->encoder(), s.backend, s.seed(kPretext), stop)
             : pretrain_by_rotation(c, s.dataset.train, s.model->encoder(), s.backend, s.seed(kPretext), stop);
     write_file_atomically((s.run_dir / "pretext.csv").string(), pretext_csv(history));
+    s.calibrate_batch_norm_if_asked();
   }
   while (s.epochs_done < c.train.epochs) {
     if (epoch_limit_ >= 0 && run_this_time >= epoch_limit_) break;

@@ -10,9 +10,13 @@
 #include <filesystem>
 
 #include "kernels/core/error.hpp"
+#include "net/batch_norm.hpp"
+#include "net/model.hpp"
 #include "net/safetensors.hpp"
 #include "pipeline/config/config.hpp"
+#include "pipeline/data/dataset.hpp"
 #include "pipeline/data/demo_data.hpp"
+#include "pipeline/engine/bn_calibration.hpp"
 #include "pipeline/plan/plan.hpp"
 #include "pipeline/plan/recompute_split.hpp"
 #include "pipeline/train/trainer.hpp"
@@ -189,6 +193,47 @@ TEST_F(TrainerTest, EncoderLrScaleZeroTrainsTheHeadAlone) {
   }
   EXPECT_GT(encoder_tensors, 4u);
   EXPECT_GT(encoder_moved, 2u) << "at the full rate the encoder's weights move";
+}
+
+// train.bn_calibration_images with pretraining in the same run: the statistics are
+// estimated after the pretext (whose BatchNorm trains in batch statistics and would
+// otherwise leave its own running averages of the augmented views). The encoder is
+// held still in training (encoder_lr_scale 0, frozen BatchNorm), so the checkpoint's
+// statistics must be a calibration of its own weights over every training image.
+TEST_F(TrainerTest, BatchNormCalibrationFollowsPretraining) {
+  const Config c = config("calibrated_after_pretext",
+                          {"train.epochs=1", "train.encoder_lr_scale=0", "train.bn_calibration_images=80",
+                           "pretrain.epochs=1", "pretrain.method=contrastive", "pretrain.tile_batch=8"});
+  Trainer(c, false).run();
+
+  YAML::Node model_node = YAML::Clone(c.model);
+  model_node["num_classes"] = 2;
+  net::Model model(net::model_spec_from_yaml(model_node, c.source), 0);
+  net::StateDict state = net::read_safetensors(root_ / "calibrated_after_pretext" / "checkpoints" / "last.safetensors").tensors;
+  std::erase_if(state, [](const auto& entry) { return entry.first.starts_with("aggregator."); });
+  model.load_state_dict(state);
+  std::vector<std::vector<float>> means, vars;
+  std::vector<net::BatchNorm2d*> layers;
+  for (std::size_t i = 0; i < model.encoder().size(); ++i)
+    if (auto* bn = dynamic_cast<net::BatchNorm2d*>(&model.encoder().at(i))) {
+      layers.push_back(bn);
+      means.push_back(bn->running_mean().value.to_vector());
+      vars.push_back(bn->running_var().value.to_vector());
+    }
+  ASSERT_GT(layers.size(), 2u);
+  const BnCalibration again =
+      calibrate_batch_norm(model.encoder(), Backend::cpu, c, load_dataset(c.data, 0).train, 80, 1);
+  ASSERT_EQ(again.images, 80);
+  for (std::size_t l = 0; l < layers.size(); ++l) {
+    const std::vector<float> mean = layers[l]->running_mean().value.to_vector();
+    const std::vector<float> var = layers[l]->running_var().value.to_vector();
+    for (std::size_t k = 0; k < mean.size(); ++k) {
+      // Every image once either way; only the order of the float sums differs.
+      const double scale = std::abs(mean[k]) + std::sqrt(var[k]) + 1e-6;
+      EXPECT_NEAR(means[l][k], mean[k], 1e-4 * scale) << "BatchNorm " << l << " channel " << k;
+      EXPECT_NEAR(vars[l][k], var[k], 1e-4 * var[k] + 1e-7) << "BatchNorm " << l << " channel " << k;
+    }
+  }
 }
 
 
