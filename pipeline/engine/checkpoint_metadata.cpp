@@ -68,6 +68,8 @@ void read_run_config(CheckpointMetadata& m, const std::string& path) {
     const Config config = parse_config(m.run_config, path + " (metadata `config`)");
     m.tiler = config.tiler;
     m.max_value = config.data.max_value;
+    m.normalize = config.data.normalize;
+    m.highpass_sigma = config.data.highpass_sigma;
     m.tile_batch = config.train.tile_batch;
     m.label_smoothing = config.train.label_smoothing;
     m.precision = choice_name(config.train.precision);
@@ -105,6 +107,8 @@ CheckpointMetadata checkpoint_metadata_of_run(const Config& config, const net::M
   m.std = config.data.std;
   m.tiler = config.tiler;
   m.max_value = config.data.max_value;
+  m.normalize = config.data.normalize;
+  m.highpass_sigma = config.data.highpass_sigma;
   m.tile_batch = config.train.tile_batch;
   m.label_smoothing = config.train.label_smoothing;
   m.precision = choice_name(config.train.precision);

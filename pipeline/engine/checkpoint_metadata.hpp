@@ -5,7 +5,8 @@
 // (parse_checkpoint_metadata, used by inference); docs/checkpoints.md describes the keys.
 //
 // A bigtrain checkpoint carries its run's resolved config (`config`), and the tiling,
-// data.max_value, train.tile_batch, label smoothing and precision are read from it:
+// data.max_value, data.normalize (and its highpass_sigma), train.tile_batch, label
+// smoothing and precision are read from it:
 // the tile size is written once. A checkpoint made elsewhere (a torchvision ResNet
 // saved with metadata, docs/checkpoints.md) has no `config`; its tiling is the
 // `tiler` JSON, which older bigtrain checkpoints also wrote and which wins over
@@ -17,6 +18,7 @@
 #include "net/aggregator.hpp"
 #include "net/model_spec.hpp"
 #include "net/safetensors.hpp"
+#include "pipeline/config/choices.hpp"
 #include "pipeline/config/specs.hpp"
 
 namespace bigtrain {
@@ -27,6 +29,10 @@ struct CheckpointMetadata {
   std::int64_t top_tiles = 0;      // aggregator.top_tiles of the training run
   std::vector<std::string> classes;  // `classes`: the head's output order
   std::vector<double> mean, std;     // `normalization`, after scaling pixels to [0, 1]
+  // data.normalize and data.highpass_sigma of the run (from `config`; a checkpoint made
+  // elsewhere: dataset, with `normalization`'s mean and std).
+  Normalization normalize = Normalization::dataset;
+  double highpass_sigma = 3.0;
 
   // From `config` (a bigtrain checkpoint) or `tiler` (one made elsewhere).
   TilerConfig tiler;

@@ -53,6 +53,8 @@ Preprocessing LoadedCheckpoint::preprocessing() const {
   Config config;
   config.data.mean = mean;
   config.data.std = std;
+  config.data.normalize = normalize;  // as the run's evaluation read its tiles
+  config.data.highpass_sigma = highpass_sigma;
   return Preprocessing::from_config(config, static_cast<int>(model->spec().encoder.in_channels), false);
 }
 

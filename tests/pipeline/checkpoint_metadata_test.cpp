@@ -17,7 +17,8 @@ namespace {
 
 // Every inference-relevant key away from its default, so a field the writer drops
 // or the reader ignores shows.
-const char* kRun = R"(data: {train: /data/train.csv, mean: [0.2, 0.3, 0.4], std: [0.5, 0.6, 0.7], max_value: 4095}
+const char* kRun = R"(data: {train: /data/train.csv, mean: [0.2, 0.3, 0.4], std: [0.5, 0.6, 0.7], max_value: 4095,
+       normalize: highpass, highpass_sigma: 2.5}
 tiler: {tile: 96, overlap: 16, border: shift, level: 1, downsample: 2.5, min_foreground: 0.25,
         foreground: bright, background: fixed, threshold: 40}
 model: {preset: small, width: 0.5, in_channels: 3}
@@ -38,6 +39,8 @@ void expect_same(const CheckpointMetadata& read, const CheckpointMetadata& writt
   EXPECT_TRUE(read.tiler == written.tiler) << "tile " << read.tiler.tile << " overlap " << read.tiler.overlap
                                            << " border " << choice_name(read.tiler.border);
   EXPECT_EQ(read.max_value, written.max_value);
+  EXPECT_EQ(read.normalize, written.normalize);
+  EXPECT_EQ(read.highpass_sigma, written.highpass_sigma);
   EXPECT_EQ(read.tile_batch, written.tile_batch);
   EXPECT_EQ(read.label_smoothing, written.label_smoothing);
   EXPECT_EQ(read.precision, written.precision);
@@ -59,6 +62,8 @@ TEST(CheckpointMetadata, ATrainingRunsMetadataReadsBackFieldByField) {
   written.training_state = "epoch 4, optimizer step 12";
   EXPECT_EQ(written.tiler.tile, 96);
   EXPECT_EQ(written.precision, "bf16");
+  EXPECT_EQ(written.normalize, Normalization::highpass);
+  EXPECT_EQ(written.highpass_sigma, 2.5);
   EXPECT_EQ(written.aggregator_spec.kind, net::AggregatorKind::attention);
 
   const net::Metadata metadata = to_safetensors_metadata(written);

@@ -38,13 +38,15 @@ class InferTest : public ::testing::Test {
   }
   static void TearDownTestSuite() { fs::remove_all(root_); }
 
-  static Config config(const std::string& run, const std::string& aggregator) {
+  static Config config(const std::string& run, const std::string& aggregator,
+                       const std::string& normalize = "dataset") {
     const std::string text = fmt::format(R"(data:
   train: {0}/train.csv
   val: {0}/val.csv
   test: {0}/test.csv
   mean: [0.1]
   std: [0.3]
+  normalize: {3}
 tiler: {{tile: 64, overlap: 32, border: shift}}
 model:
   preset: small
@@ -61,7 +63,7 @@ train:
 device: {{type: cpu, threads: 2}}
 output: {{dir: {1}}}
 )",
-                                         (root_ / "data").string(), (root_ / run).string(), aggregator);
+                                         (root_ / "data").string(), (root_ / run).string(), aggregator, normalize);
     return parse_config(text, "infer_test.yaml");
   }
 
@@ -155,6 +157,29 @@ TEST_F(InferTest, EqualsTheEvaluationInsideTraining) {
     EXPECT_EQ(without[i].probabilities, with_labels[i]);
     EXPECT_EQ(without[i].index, i);
     EXPECT_EQ(without[i].path, paths[i]);
+  }
+}
+
+// A run that normalised each tile on its own (tile, highpass) is evaluated the same
+// way from its checkpoint: the normalisation travels in the checkpoint's config
+// (before, inference fell back to the dataset mean and std and predicted one class).
+TEST_F(InferTest, UsesTheRunsTileNormalisation) {
+  for (const std::string normalize : {"tile", "highpass"}) {
+    SCOPED_TRACE(normalize);
+    Trainer trainer(config("trained_" + normalize, "attention", normalize), false);
+    const TrainOutcome outcome = trainer.run();
+    const EpochSummary* val = nullptr;
+    for (const auto& row : outcome.rows)
+      if (row.split == "val") val = &row;
+    ASSERT_NE(val, nullptr);
+    LoadedCheckpoint checkpoint = load_checkpoint_for_inference(
+        (root_ / ("trained_" + normalize) / "checkpoints" / "last.safetensors").string());
+    EXPECT_EQ(choice_name(checkpoint.normalize), normalize);
+    InferenceEngine engine(checkpoint, {});
+    const EvaluationReport report = evaluate_split(engine, checkpoint.classes, trainer.dataset().val, "val");
+    ASSERT_TRUE(report.failures.empty());
+    EXPECT_NEAR(report.metrics.loss, val->metrics.loss, 1e-12 * std::max(1.0, val->metrics.loss));
+    EXPECT_EQ(report.metrics.confusion, val->metrics.confusion);
   }
 }
 
