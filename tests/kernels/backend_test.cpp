@@ -333,8 +333,13 @@ TEST_P(BackendSupportsMatchesWhatRuns, SupportedRunsAndAgreesWithTheReferenceUns
       // Same seeded inputs on both backends. The op tests hold each backend to tight,
       // reasoned bounds; here 1e-4 of the output's scale is far below what calling the
       // wrong function of a table (tanh for sigmoid, forward for backward) would change.
-      testing::expect_close(actual, expected, {static_cast<std::int64_t>(actual.size())}, {1e-4, 1e-6},
-                            combination(c.op, backend, dtype));
+      // cuDNN's 16-bit convolutions also round their results to the 16-bit type (2u
+      // relative and absolute, as MixedBackend.Conv2dMatchesTheOracleOnRoundedOperands
+      // allows; seen on an H200: bf16 0.0067 at 1.85, fp16 3.7e-4 at 1.15).
+      const bool rounds_result = backend == Backend::cuda && c.op == Op::conv2d && dtype != DType::f32;
+      const double result_u = !rounds_result ? 0.0 : dtype == DType::bf16 ? 0x1p-8 : 0x1p-11;
+      testing::expect_close(actual, expected, {static_cast<std::int64_t>(actual.size())},
+                            {1e-4 + 2 * result_u, 1e-6 + 2 * result_u}, combination(c.op, backend, dtype));
     }
   }
   if (not_run > 0)

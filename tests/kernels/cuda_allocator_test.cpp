@@ -32,7 +32,7 @@ TEST(CudaAllocatorCap, RefusesPastTheCapAndNamesTheTensor) {
   }
   EXPECT_EQ(held.size(), 1u) << "48 MiB tensors under a 64 MiB cap";
   EXPECT_NE(message.find("during pass 1"), std::string::npos) << message;
-  EXPECT_NE(message.find("[4,1024,1024,3] f32"), std::string::npos) << message;
+  EXPECT_NE(message.find("[4,1024,1024,3] float32"), std::string::npos) << message;
   EXPECT_LE(device.stats().reserved_bytes, before + 64 * MiB);
   // Freed memory serves the next tensor of another shape under the same cap.
   held.clear();

@@ -94,6 +94,7 @@ TEST_P(AggregatorTest, ForwardMatchesTheFormula) {
   BT_SKIP_UNLESS_AVAILABLE(backend);
   const std::int64_t n = 9, d = 5;
   auto aggregator = make_aggregator(c.spec, d, 42);
+  aggregator->to(backend_device(backend));
   const Tensor h = testing::random_tensor({n, d}, 3, -2.0f, 2.0f);
   Tensor z = aggregator->forward(testing::on_backend(h, backend), ForwardContext::inference(backend));
   EXPECT_EQ(z.shape(), (Shape{1, d}));
@@ -115,6 +116,7 @@ TEST_P(AggregatorTest, GradientsMatchDoubleFiniteDifferences) {
   BT_SKIP_UNLESS_AVAILABLE(backend);
   const std::int64_t n = 7, d = 4;
   auto aggregator = make_aggregator(c.spec, d, 11);
+  aggregator->to(backend_device(backend));
   const Tensor h = testing::random_tensor({n, d}, 5, -1.5f, 1.5f);
   const std::vector<double> upstream = random_doubles(static_cast<std::size_t>(d), 9);  // dL/dz, L = c . z
 
@@ -157,6 +159,7 @@ TEST_P(AggregatorTest, SeveralForwardsBackpropagateInReverseOrder) {
   BT_SKIP_UNLESS_AVAILABLE(backend);
   const std::int64_t d = 3;
   auto aggregator = make_aggregator(c.spec, d, 4);
+  aggregator->to(backend_device(backend));
   const Tensor h1 = testing::random_tensor({4, d}, 21), h2 = testing::random_tensor({6, d}, 22);
   const Tensor dz = testing::random_tensor({1, d}, 23);
   auto ctx = ForwardContext::train(backend);
