@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "kernels/core/cudnn_algorithm_policy.hpp"
 #include "kernels/core/error.hpp"
 #include "kernels/cuda/runtime.hpp"
 
@@ -85,8 +86,9 @@ Context::Context(int index) : index_(select_device(index)) {
   // back, so results match the CPU within float tolerances.
   BT_CUBLAS_CHECK(cublasSetMathMode(cublas_.get(), CUBLAS_DEFAULT_MATH));
   for (auto& slot : slots_) slot.copied = std::make_shared<Event>();
-  const char* algos = std::getenv("BIGTRAIN_CUDNN_ALGOS");
-  allow_transform_algorithms_ = algos != nullptr && std::string_view(algos) == "all";
+  const CudnnAlgorithmPolicy policy = cudnn_algorithm_policy(std::getenv("BIGTRAIN_CUDNN_ALGOS"));
+  allow_transform_algorithms_ = policy.allow_transforms;
+  prefer_deterministic_algorithms_ = policy.prefer_deterministic;
 }
 
 Context::~Context() = default;

@@ -96,6 +96,13 @@ class Context {
   // them on for the process (set before the first op); ops read it at creation.
   bool allow_transform_algorithms() const { return allow_transform_algorithms_; }
   void set_allow_transform_algorithms(bool allow) { allow_transform_algorithms_ = allow; }
+  // Whether convolutions take the heuristics' fastest algorithm even when it is not
+  // deterministic (cuDNN's atomics-based backward-filter and backward-data
+  // algorithms), as PyTorch does with cudnn.deterministic off. Off by default: a GPU
+  // run then repeats bit for bit. BIGTRAIN_CUDNN_ALGOS=fastest turns this and the
+  // transform algorithms on, to measure what determinism costs (scripts/bench_gpu).
+  bool prefer_deterministic_algorithms() const { return prefer_deterministic_algorithms_; }
+  void set_prefer_deterministic_algorithms(bool prefer) { prefer_deterministic_algorithms_ = prefer; }
 
   // Copies a host tensor to a new device tensor on the copy stream and returns at
   // once (after copying the host data into a pinned staging buffer, so `host` may
@@ -125,6 +132,7 @@ class Context {
   Tensor workspace_;
   std::size_t workspace_limit_ = std::size_t{256} << 20;
   bool allow_transform_algorithms_ = false;
+  bool prefer_deterministic_algorithms_ = true;
   StagingSlot slots_[2];
   int next_slot_ = 0;
   std::mutex upload_mutex_;  // upload_async may be called from a reader thread

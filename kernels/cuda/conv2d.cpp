@@ -52,13 +52,15 @@ struct Choice {
 // runs in plain float32 (no tensor-op math: TF32 would round the inputs to 10-bit
 // mantissas; mixed precision allows it, its operands being 16-bit already), is a plain summation unless transforms are allowed (see
 // Context::allow_transform_algorithms), fits the workspace limit, and, when one
-// such exists, is deterministic, so a training run on the GPU repeats bit for bit.
+// such exists and Context::prefer_deterministic_algorithms (the default), is
+// deterministic, so a training run on the GPU repeats bit for bit.
 // `workspace_of` asks cuDNN for the algorithm's exact size and refuses algorithms
 // the descriptor combination does not support.
 template <typename Perf, typename Algo, typename WorkspaceOf>
 Choice<Algo> choose(const std::vector<Perf>& ranked, std::size_t limit, bool allow_transforms,
-                    bool allow_tensor_ops, WorkspaceOf&& workspace_of, const Conv2dSpec& spec, const char* pass) {
-  for (const bool need_deterministic : {true, false}) {
+                    bool allow_tensor_ops, bool prefer_deterministic, WorkspaceOf&& workspace_of,
+                    const Conv2dSpec& spec, const char* pass) {
+  for (const bool need_deterministic : {prefer_deterministic, false}) {
     for (const Perf& perf : ranked) {
       if (perf.status != CUDNN_STATUS_SUCCESS) continue;
       if (!allow_transforms && is_transform(perf.algo)) continue;
@@ -202,6 +204,7 @@ class CudnnConv2d final : public Conv2d {
     const std::size_t limit = context_.workspace_limit();
     const bool transforms = context_.allow_transform_algorithms();
     const bool tensor_ops = mixed(spec_);
+    const bool deterministic = context_.prefer_deterministic_algorithms();
     {
       int max_count = 0, count = 0;
       BT_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(handle, &max_count));
@@ -210,7 +213,7 @@ class CudnnConv2d final : public Conv2d {
                                                             y_desc_.get(), max_count, &count, ranked.data()));
       ranked.resize(static_cast<std::size_t>(count));
       forward_ = choose<cudnnConvolutionFwdAlgoPerf_t, cudnnConvolutionFwdAlgo_t>(
-          ranked, limit, transforms, tensor_ops,
+          ranked, limit, transforms, tensor_ops, deterministic,
           [&](cudnnConvolutionFwdAlgo_t algo, std::size_t& bytes) {
             return cudnnGetConvolutionForwardWorkspaceSize(handle, x_desc_.get(), w_desc_.get(), conv_desc_.get(),
                                                            y_desc_.get(), algo, &bytes) == CUDNN_STATUS_SUCCESS;
@@ -226,7 +229,7 @@ class CudnnConv2d final : public Conv2d {
                                                                  ranked.data()));
       ranked.resize(static_cast<std::size_t>(count));
       backward_data_ = choose<cudnnConvolutionBwdDataAlgoPerf_t, cudnnConvolutionBwdDataAlgo_t>(
-          ranked, limit, transforms, tensor_ops,
+          ranked, limit, transforms, tensor_ops, deterministic,
           [&](cudnnConvolutionBwdDataAlgo_t algo, std::size_t& bytes) {
             return cudnnGetConvolutionBackwardDataWorkspaceSize(handle, w_desc_.get(), y_desc_.get(),
                                                                 conv_desc_.get(), x_desc_.get(), algo,
@@ -243,7 +246,7 @@ class CudnnConv2d final : public Conv2d {
                                                                    &count, ranked.data()));
       ranked.resize(static_cast<std::size_t>(count));
       backward_filter_ = choose<cudnnConvolutionBwdFilterAlgoPerf_t, cudnnConvolutionBwdFilterAlgo_t>(
-          ranked, limit, transforms, tensor_ops,
+          ranked, limit, transforms, tensor_ops, deterministic,
           [&](cudnnConvolutionBwdFilterAlgo_t algo, std::size_t& bytes) {
             return cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, x_desc_.get(), y_desc_.get(),
                                                                   conv_desc_.get(), w_desc_.get(), algo,
