@@ -82,7 +82,7 @@ status=0
 
 # The plan of a GPU run: the allocator's peak plus the CUDA context and handles.
 "$BIGTRAIN" plan run.yaml --device cuda > plan.txt 2> plan.err || { cat plan.err; fail "plan --device cuda failed"; }
-grep -q "plus the CUDA context and cuDNN/cuBLAS handles, outside the allocator and device.memory_limit: 512.0 MiB" \
+grep -q "plus the CUDA context and cuDNN/cuBLAS handles, outside the allocator and device.memory_limit: 600.0 MiB" \
   plan.txt || { cat plan.txt; fail "plan --device cuda leaves out the CUDA context"; }
 "$BIGTRAIN" plan run.yaml --device cuda --set train.cudnn_workspace=32MiB --json > plan32.json
 "$BIGTRAIN" plan run.yaml --device cuda --json > plan256.json
@@ -91,7 +91,7 @@ import json
 a, b = json.load(open("plan256.json")), json.load(open("plan32.json"))
 assert a["step_memory"]["workspace_bytes"] == 256 << 20, a["step_memory"]
 assert b["step_memory"]["workspace_bytes"] == 32 << 20, b["step_memory"]
-assert a["cuda_runtime"]["bytes"] == 512 << 20 and a["cuda_runtime"]["source"] == "constant", a["cuda_runtime"]
-assert a["cuda_runtime"]["device_total_bytes"] == a["step_memory"]["peak_bytes"] + (512 << 20)
+assert a["cuda_runtime"]["bytes"] == 600 << 20 and a["cuda_runtime"]["source"] == "constant", a["cuda_runtime"]
+assert a["cuda_runtime"]["device_total_bytes"] == a["step_memory"]["peak_bytes"] + (600 << 20)
 PY
-echo "no GPU: devices exit 0, cuda refused clearly (infer, eval, run), auto on the CPU, device columns empty, plan adds 512 MiB"
+echo "no GPU: devices exit 0, cuda refused clearly (infer, eval, run), auto on the CPU, device columns empty, plan adds 600 MiB"
