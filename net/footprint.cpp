@@ -45,10 +45,16 @@ CpuLayouts cpu_layouts(const kernels::Conv2dSpec& s, std::int64_t block, ConvPas
   };
   CpuLayouts layouts;
   if (narrow) {
-    layouts.src = s.in_channels == 1 ? 0 : allocation_bytes(s.input_shape());
+    // oneDNN 2.6's AVX2 forward (blocks of 8) reads a narrow source in plain NCHW as
+    // it is and writes the blocked layout, whole blocks of 8 (ONEDNN_VERBOSE: src
+    // abcd, dst aBcd8b); the AVX-512 one reads NHWC.
+    const bool plain_source = block == 8 && pass == ConvPass::forward;
+    layouts.src = s.in_channels == 1 || plain_source ? 0 : allocation_bytes(s.input_shape());
     // Forward writes the blocked layout; the weight gradient reads dy in NHWC.
     const bool dst_in_place = pass == ConvPass::forward && output_blocked;
-    layouts.dst = dst_in_place ? 0 : allocation_bytes(s.output_shape());
+    layouts.dst = dst_in_place ? 0
+                  : plain_source ? blocked(s.out_channels, s.out_h(), s.out_w())
+                                 : allocation_bytes(s.output_shape());
     layouts.weights = rounded(static_cast<std::size_t>(round_up(s.out_channels, block) * s.in_channels * s.kernel_h *
                                                        s.kernel_w) * sizeof(float));
   } else {
