@@ -22,6 +22,7 @@
 #include "pipeline/config/specs.hpp"
 #include "pipeline/data/demo_data.hpp"
 #include "pipeline/train/trainer.hpp"
+#include "tests/support/compute_type.hpp"
 #include "tests/support/demo_dataset.hpp"
 
 namespace bigtrain {
@@ -209,7 +210,7 @@ TEST_F(MixedPrecisionTrainer, AnOpTheBackendCannotRunIsRefusedBeforeAnythingIsBu
 // kernels (float32 master weights) and the model learns; the run is not the float32
 // run (the precision reached the layers).
 TEST_F(MixedPrecisionTrainer, Bf16OnTheCpuLearns) {
-  if (auto why = kernels::cpu::bf16_unavailable_reason()) GTEST_SKIP() << *why;
+  BT_SKIP_UNLESS_COMPUTES(Backend::cpu, DType::bf16);
   auto sink = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(4096);
   spdlog::default_logger()->sinks().push_back(sink);
   const spdlog::level::level_enum level = spdlog::get_level();
