@@ -109,6 +109,9 @@ AugmentationConfig read_augmentation(ConfigSection s) {
   a.brightness = s.get_double("brightness", a.brightness, 0.0, 1.0);
   a.contrast = s.get_double("contrast", a.contrast, 0.0, 1.0);
   a.noise = s.get_double("noise", a.noise, 0.0, 1.0);
+  a.rotate = s.get_double("rotate", a.rotate, 0.0, 180.0);
+  a.scale = s.get_double("scale", a.scale, 0.0, 0.9);
+  a.shift = s.get_double("shift", a.shift, 0.0, 0.5);
   s.finish();
   return a;
 }
@@ -267,7 +270,7 @@ void check_streaming(const Config& config, ConfigSection& top, ConfigSection& tr
   if (a.top_tiles > 0)
     top.section("aggregator").fail("top_tiles", "must be 0 with tiler.mode stream (every cell of the map is pooled)");
   const AugmentationConfig& g = config.train.augmentation;
-  if (g.flips || g.rot90 || g.brightness > 0 || g.contrast > 0 || g.noise > 0)
+  if (g.flips || g.rot90 || g.brightness > 0 || g.contrast > 0 || g.noise > 0 || g.affine())
     train.fail("augmentation", "is drawn per tile, and a streaming tile is not an instance: with tiler.mode "
                                "stream leave every augmentation off");
   if (config.tiler.max_tiles_per_image > 0)
@@ -429,6 +432,9 @@ std::string config_to_yaml(const Config& c) {
   out << YAML::Key << "brightness" << YAML::Value << t.augmentation.brightness;
   out << YAML::Key << "contrast" << YAML::Value << t.augmentation.contrast;
   out << YAML::Key << "noise" << YAML::Value << t.augmentation.noise;
+  out << YAML::Key << "rotate" << YAML::Value << t.augmentation.rotate;
+  out << YAML::Key << "scale" << YAML::Value << t.augmentation.scale;
+  out << YAML::Key << "shift" << YAML::Value << t.augmentation.shift;
   out << YAML::EndMap;
   out << YAML::Key << "seed" << YAML::Value << t.seed;
   out << YAML::Key << "early_stopping" << YAML::Value << YAML::BeginMap;

@@ -83,6 +83,13 @@ struct AugmentationConfig {
   double brightness = 0.0;  // additive jitter, uniform in [-b, b] (pixels in [0, 1])
   double contrast = 0.0;    // multiplicative jitter around the tile mean, uniform in [1-c, 1+c]
   double noise = 0.0;       // standard deviation of additive Gaussian noise
+  // One random similarity transform per tile about its centre (reflected borders):
+  // a digit-like object seen once per image otherwise reaches the encoder at the same
+  // few positions every epoch, and a small set is memorised by where its strokes lie.
+  double rotate = 0.0;  // degrees, uniform in [-r, r]
+  double scale = 0.0;   // factor uniform in [1-s, 1+s]
+  double shift = 0.0;   // translation, uniform in [-t, t] of the tile's side, each axis
+  bool affine() const { return rotate > 0 || scale > 0 || shift > 0; }
 };
 
 struct EarlyStoppingConfig {

@@ -44,6 +44,8 @@ void preprocess_tile(const cv::Mat& tile, const Preprocessing& p, std::uint64_t 
   const bool flip_x = rng.uniform() < 0.5, flip_y = rng.uniform() < 0.5;
   const int turns = static_cast<int>(rng.below(4));
   const double brightness_draw = rng.uniform(-1.0, 1.0), contrast_draw = rng.uniform(-1.0, 1.0);
+  const double rotate_draw = rng.uniform(-1.0, 1.0), scale_draw = rng.uniform(-1.0, 1.0);
+  const double shift_x_draw = rng.uniform(-1.0, 1.0), shift_y_draw = rng.uniform(-1.0, 1.0);
   const auto& a = p.augmentation;
   const bool geometric = p.augment && (a.flips || (a.rot90 && rows == cols));
   const bool do_flip_x = p.augment && a.flips && flip_x, do_flip_y = p.augment && a.flips && flip_y;
@@ -83,6 +85,19 @@ void preprocess_tile(const cv::Mat& tile, const Preprocessing& p, std::uint64_t 
     }
   }
   const std::int64_t total = plane * p.channels;
+  if (p.augment && a.affine()) {
+    const cv::Point2f centre(static_cast<float>(cols - 1) / 2.0f, static_cast<float>(rows - 1) / 2.0f);
+    cv::Mat transform = cv::getRotationMatrix2D(centre, a.rotate * rotate_draw, 1.0 + a.scale * scale_draw);
+    transform.at<double>(0, 2) += a.shift * shift_x_draw * cols;
+    transform.at<double>(1, 2) += a.shift * shift_y_draw * rows;
+    for (int c = 0; c < p.channels; ++c) {
+      cv::Mat pixels(rows, cols, CV_32F, out + c * plane), warped;
+      // Reflection keeps the tile's own texture at the borders: a constant fill
+      // would mark every transformed tile by its flat corners.
+      cv::warpAffine(pixels, warped, transform, pixels.size(), cv::INTER_LINEAR, cv::BORDER_REFLECT_101);
+      warped.copyTo(pixels);
+    }
+  }
   if (p.augment && a.contrast > 0) {
     double sum = 0.0;
     for (std::int64_t i = 0; i < total; ++i) sum += out[i];

@@ -5,7 +5,7 @@
 // Augmentation is a pure function of the tile's seed, so pass 2 of training
 // recomputes exactly the input pass 1 saw, and a resumed run draws what the
 // uninterrupted run drew. Order: dihedral transform (flips, 90-degree turns; square
-// tiles only), contrast around the tile's mean, brightness, Gaussian noise, then
+// tiles only), similarity transform (rotate, scale, shift), contrast around the tile's mean, brightness, Gaussian noise, then
 // normalisation: (x - mean) / std, or per tile to mean 0 and standard deviation 1
 // (after subtracting the tile's Gaussian blur, with data.normalize: highpass).
 #include <cstdint>
