@@ -50,6 +50,38 @@ void load_weights(net::StateDict tensors, const std::string& source, net::Model&
 
 }  // namespace
 
+std::vector<std::string> load_pretrained_weights(const std::string& path, net::Model& model,
+                                                 net::Aggregator& aggregator) {
+  net::SafetensorsFile file = net::read_safetensors(path);
+  net::StateDict model_state, aggregator_state;
+  for (auto& [name, tensor] : file.tensors)
+    (name.rfind(kAggregatorPrefix, 0) == 0 ? aggregator_state : model_state)[name] = std::move(tensor);
+  std::vector<std::string> notes = model.load_state_dict(model_state, {}, path).notes;
+  if (aggregator_state.empty()) return notes;
+  std::string mismatch;
+  for (net::Parameter* p : aggregator.parameters()) {
+    auto found = aggregator_state.find(p->name);
+    if (found == aggregator_state.end()) {
+      mismatch = fmt::format("it holds no `{}`", p->name);
+      break;
+    }
+    if (found->second.shape != p->value.shape()) {
+      mismatch = fmt::format("`{}` has shape {}, the configured aggregator's {}", p->name,
+                             shape_str(found->second.shape), shape_str(p->value.shape()));
+      break;
+    }
+  }
+  if (mismatch.empty() && aggregator_state.size() != aggregator.parameters().size())
+    mismatch = "it holds tensors the configured aggregator does not have";
+  if (!mismatch.empty()) {
+    notes.push_back(fmt::format("the aggregator starts fresh: {} in {}", mismatch, path));
+    return notes;
+  }
+  for (net::Parameter* p : aggregator.parameters()) p->value.copy_from(aggregator_state.at(p->name).to_f32());
+  notes.push_back(fmt::format("the aggregator's {} tensors loaded too", aggregator_state.size()));
+  return notes;
+}
+
 void save_model_checkpoint(const std::string& path, net::Model& model, net::Aggregator& aggregator,
                            const net::Metadata& metadata) {
   net::SafetensorsFile file;

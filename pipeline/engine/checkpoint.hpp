@@ -28,6 +28,14 @@ void save_model_checkpoint(const std::string& path, net::Model& model, net::Aggr
 // aggregator (exact shapes; an Error lists every mismatch). Returns the metadata.
 net::Metadata load_model_checkpoint(const std::string& path, net::Model& model, net::Aggregator& aggregator);
 
+// model.pretrained: encoder and head weights (torchvision's, or a bigtrain checkpoint)
+// with the model's adaptations (grey conv1, a head re-initialised for another class
+// count). A bigtrain checkpoint's aggregator is loaded too when the configured one has
+// exactly its tensors, so a run can continue another's training with a new schedule;
+// otherwise the aggregator starts fresh and a note says why. Notes are returned.
+std::vector<std::string> load_pretrained_weights(const std::string& path, net::Model& model,
+                                                 net::Aggregator& aggregator);
+
 // The metadata of a safetensors file, reading only its header (a checkpoint's
 // tensors may be gigabytes). Throws Error naming the file when it is not one.
 net::Metadata read_checkpoint_metadata(const std::string& path);

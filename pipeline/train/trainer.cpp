@@ -784,11 +784,11 @@ Trainer::Trainer(Config config, bool resume, std::optional<Backend> backend) : s
   model_node["num_classes"] = static_cast<std::int64_t>(s.dataset.classes.size());
   net::ModelSpec spec = net::model_spec_from_yaml(model_node, c.source);
   s.model = std::make_unique<net::Model>(spec, s.seed(kInit));
-  if (!spec.pretrained.empty() && !resume) {
-    const net::LoadReport report = s.model->load_safetensors(spec.pretrained);
-    for (const auto& note : report.notes) spdlog::info("pretrained weights: {}", note);
-  }
   s.aggregator = net::make_aggregator(aggregator_spec(c.aggregator), s.model->encoder().feature_dim(), s.seed(kInit, 1));
+  if (!spec.pretrained.empty() && !resume) {
+    for (const auto& note : load_pretrained_weights(spec.pretrained, *s.model, *s.aggregator))
+      spdlog::info("pretrained weights: {}", note);
+  }
   // Before the optimizer is made, so its state lives where the parameters do.
   s.model->to(backend_device(s.backend));
   s.aggregator->to(backend_device(s.backend));
