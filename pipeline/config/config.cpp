@@ -151,6 +151,12 @@ TrainConfig read_train(ConfigSection s) {
     t.early_stopping.min_delta = e.get_double("min_delta", 0.0, 0.0, kHuge);
     e.finish();
   }
+  {
+    ConfigSection i = s.section("instance_loss");
+    t.instance_loss.k = i.get_int("k", t.instance_loss.k, 0, kIntMax);
+    t.instance_loss.weight = i.get_double("weight", t.instance_loss.weight, 0.0, 100.0);
+    i.finish();
+  }
   t.freeze_bn = s.get_bool("freeze_bn", t.freeze_bn);
   t.mix_tiles = s.get_bool("mix_tiles", t.mix_tiles);
   t.instance_top_k = s.get_int("instance_top_k", t.instance_top_k, 0, kIntMax);
@@ -308,6 +314,9 @@ Config parse_node(YAML::Node root, std::shared_ptr<ConfigOrigin> origin, const s
     train.fail("mix_tiles", "mixing several images' tiles in one batch needs aggregator.kind instance without "
                             "top_tiles, and tiles (tiler.mode tiles or resize; the other aggregators pool one "
                             "image's tiles)");
+  if (config.train.instance_loss.k > 0 && config.aggregator.kind != net::AggregatorKind::attention)
+    train.section("instance_loss").fail("k", "picks each image's most and least attended tiles: it needs "
+                                             "aggregator.kind attention");
   if (config.train.instance_top_k > 0 && !config.train.mix_tiles)
     train.fail("instance_top_k", "selects tiles within the mixed tile batches of the instance aggregator: it needs "
                                  "mix_tiles: true (and aggregator.kind instance)");
@@ -440,6 +449,10 @@ std::string config_to_yaml(const Config& c) {
   out << YAML::Key << "early_stopping" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "patience" << YAML::Value << t.early_stopping.patience;
   out << YAML::Key << "min_delta" << YAML::Value << t.early_stopping.min_delta;
+  out << YAML::EndMap;
+  out << YAML::Key << "instance_loss" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "k" << YAML::Value << t.instance_loss.k;
+  out << YAML::Key << "weight" << YAML::Value << t.instance_loss.weight;
   out << YAML::EndMap;
   out << YAML::Key << "freeze_bn" << YAML::Value << t.freeze_bn;
   out << YAML::Key << "mix_tiles" << YAML::Value << t.mix_tiles;

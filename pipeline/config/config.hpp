@@ -92,6 +92,13 @@ struct AugmentationConfig {
   bool affine() const { return rotate > 0 || scale > 0 || shift > 0; }
 };
 
+// aggregator.kind attention: CLAM's instance loss with the image head as the
+// instance classifier (pipeline/engine/two_pass.hpp, TwoPassOptions::instance_k).
+struct InstanceLossConfig {
+  std::int64_t k = 0;    // most and least attended tiles per image; 0: off
+  double weight = 0.3;   // of the instance loss beside the image's (CLAM: 0.3)
+};
+
 struct EarlyStoppingConfig {
   std::int64_t patience = 0;  // epochs without improvement of best_metric; 0: off
   double min_delta = 0.0;
@@ -123,6 +130,7 @@ struct TrainConfig {
   AugmentationConfig augmentation;
   std::uint64_t seed = 0;
   EarlyStoppingConfig early_stopping;
+  InstanceLossConfig instance_loss;
   bool freeze_bn = false;
   // aggregator.kind instance: a tile batch draws its tiles from the images of the
   // optimizer step, never two of one image, so BatchNorm's batch statistics span

@@ -29,6 +29,9 @@ TwoPassStep::TwoPassStep(const ImageModel& model, const TwoPassOptions& options)
            "probability of the label); the {} aggregator has neither",
            net::aggregator_kind_name(model.aggregator->kind()));
   BT_CHECK(options.top_tiles >= 0, "two-pass step: top_tiles must not be negative, got {}", options.top_tiles);
+  BT_CHECK(options.instance_k == 0 || model.aggregator->kind() == net::AggregatorKind::attention,
+           "two-pass step: train.instance_loss picks tiles by attention; the {} aggregator has none",
+           net::aggregator_kind_name(model.aggregator->kind()));
   BT_CHECK(model.encoder->feature_dim() == model.aggregator->features() &&
                model.aggregator->features() == model.head->in_features(),
            "two-pass step: the encoder emits {} features, the aggregator takes {}, the head {}",
@@ -157,6 +160,10 @@ void TwoPassStep::train_instances_batch(const Tensor& x, std::int64_t first_tile
 }
 
 Tensor TwoPassStep::tiles_as_label_gradient(const Tensor& features, float scale) {
+  return tiles_gradient(features, scale, options_.label_smoothing);
+}
+
+Tensor TwoPassStep::tiles_gradient(const Tensor& features, float scale, float smoothing) {
   net::ForwardContext ctx;
   ctx.backend = options_.backend;
   ctx.training = true;
@@ -169,10 +176,51 @@ Tensor TwoPassStep::tiles_as_label_gradient(const Tensor& features, float scale)
   targets = targets.to(device);
   Tensor dlogits = Tensor::empty(logits.shape(), DType::f32, device);
   kernels::CrossEntropyOptions ce;
-  ce.label_smoothing = options_.label_smoothing;
+  ce.label_smoothing = smoothing;
   kernels::cross_entropy(options_.backend, logits, targets, nullptr, ce, dlogits);
   kernels::scale(options_.backend, scale, dlogits);
   return model_.head->backward(dlogits);
+}
+
+Tensor TwoPassStep::gather_rows(const std::vector<std::int64_t>& rows) const {
+  Tensor out = Tensor::empty({static_cast<std::int64_t>(rows.size()), h_.dim(1)}, DType::f32, h_.device());
+  for (std::size_t r = 0; r < rows.size(); ++r)
+    out.slice_rows(static_cast<std::int64_t>(r), static_cast<std::int64_t>(r) + 1)
+        .copy_from(h_.slice_rows(rows[r], rows[r] + 1));
+  return out;
+}
+
+// The bag loss reaches a tile only through its share of the pooled feature, so once
+// the attention has found the evidence the encoder still learns to read it only as
+// a blend. Training the most attended tiles one by one gives each a gradient of its
+// own; the least attended, trained to say nothing, keep the head from reading the
+// background as a class. The selection is not differentiated (a ranking).
+void TwoPassStep::train_attended_instances(const std::vector<float>& attention, float loss_scale) {
+  const auto n = static_cast<std::int64_t>(attention.size());
+  const std::int64_t k = std::min(options_.instance_k, n / 2);  // the two ends never share a tile
+  if (k == 0) return;
+  std::vector<std::int64_t> order(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) order[static_cast<std::size_t>(i)] = i;
+  std::stable_sort(order.begin(), order.end(), [&](std::int64_t x, std::int64_t y) {
+    return attention[static_cast<std::size_t>(x)] > attention[static_cast<std::size_t>(y)];
+  });
+  // Positions in the aggregated rows -> rows of H (they differ under top_tiles).
+  auto h_row = [&](std::int64_t position) { return selected_.empty() ? position : selected_[static_cast<std::size_t>(position)]; };
+  std::vector<std::int64_t> top, bottom;
+  for (std::int64_t i = 0; i < k; ++i) {
+    top.push_back(h_row(order[static_cast<std::size_t>(i)]));
+    bottom.push_back(h_row(order[static_cast<std::size_t>(n - 1 - i)]));
+  }
+  const float half = 0.5f * options_.instance_weight * loss_scale;
+  const Tensor d_top = tiles_gradient(gather_rows(top), half, options_.label_smoothing);
+  const Tensor d_bottom = tiles_gradient(gather_rows(bottom), half, 1.0f);
+  for (std::size_t r = 0; r < top.size(); ++r) {
+    const auto i = static_cast<std::int64_t>(r);
+    Tensor row = dh_.slice_rows(top[r], top[r] + 1);
+    kernels::axpy(options_.backend, 1.0f, d_top.slice_rows(i, i + 1), row);
+    row = dh_.slice_rows(bottom[r], bottom[r] + 1);
+    kernels::axpy(options_.backend, 1.0f, d_bottom.slice_rows(i, i + 1), row);
+  }
 }
 
 // Campanella et al. 2019 (MIL for whole slides): the M tiles with the highest
@@ -236,6 +284,9 @@ ImageOutcome TwoPassStep::head_forward(bool training, float loss_scale) {
   ctx.keep_activations = training;
   ctx.dropout_seed = dropout_seed_;
   Tensor z = model_.aggregator->forward(select_rows(), ctx);
+  const bool instances = training && options_.instance_k > 0 && options_.instance_weight > 0.0f;
+  const std::vector<float> attention =
+      instances ? model_.aggregator->attention().to(Device::cpu()).to_vector() : std::vector<float>{};
   Tensor logits = model_.head->forward(z, ctx);
   auto [outcome, dlogits] = image_loss(options_.backend, logits, label_, options_.label_smoothing);
   outcome.tiles = h_.dim(0);
@@ -247,6 +298,7 @@ ImageOutcome TwoPassStep::head_forward(bool training, float loss_scale) {
       dh_ = dh;
     else
       scatter_selected_gradient(dh);
+    if (instances) train_attended_instances(attention, loss_scale);
   }
   return outcome;
 }

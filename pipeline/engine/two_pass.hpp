@@ -83,6 +83,13 @@ struct TwoPassOptions {
   DType encoder_compute_dtype = DType::f32;
   // aggregator.top_tiles: 0 aggregates every tile; M > 0 the M highest-attention ones.
   std::int64_t top_tiles = 0;
+  // train.instance_loss (attention only): the k tiles the attention weighs most are
+  // each trained with the image's label through the head, the k it weighs least
+  // towards the uniform distribution, the two means halved and added to the image's
+  // loss times instance_weight (CLAM's instance loss, Lu et al. 2021, with the image
+  // head as the instance classifier). 0: off.
+  std::int64_t instance_k = 0;
+  float instance_weight = 0.0f;
   // Pass 1 of a batch whose activations are not kept may fold frozen BatchNorm into
   // its convolutions (net/conv_bn_fusion.hpp): faster, rounded differently.
   bool fuse_conv_bn = true;
@@ -145,6 +152,11 @@ class TwoPassStep {
   // The head's gradient on `features` when every row is a tile labelled with the
   // image's label (mean cross-entropy over the rows, times scale).
   Tensor tiles_as_label_gradient(const Tensor& features, float scale);
+  // dL/dfeatures of the head's cross-entropy on each row towards the label, smoothed
+  // by `smoothing` (1: the uniform distribution), averaged over the rows and scaled.
+  Tensor tiles_gradient(const Tensor& features, float scale, float smoothing);
+  void train_attended_instances(const std::vector<float>& attention, float loss_scale);
+  Tensor gather_rows(const std::vector<std::int64_t>& rows) const;
   // Keeps the m rows of H with the highest scores (fills selected_) and returns them.
   Tensor take_top_rows(const std::vector<float>& scores, std::int64_t m);
   // dL/dH from the selected rows' gradient dh [M, D]: zero elsewhere.

@@ -851,7 +851,9 @@ Trainer::Trainer(Config config, bool resume, std::optional<Backend> backend) : s
                                     .freeze_bn = c.train.freeze_bn,
                                     .label_smoothing = static_cast<float>(c.train.label_smoothing),
                                     .encoder_compute_dtype = compute_dtype,
-                                    .top_tiles = c.aggregator.top_tiles});
+                                    .top_tiles = c.aggregator.top_tiles,
+                                    .instance_k = c.train.instance_loss.k,
+                                    .instance_weight = static_cast<float>(c.train.instance_loss.weight)});
   s.recompute = planned_recompute_split(c, s.backend);
   if (c.train.step_every_batch && world().distributed())
     throw Error(fmt::format("{}: train.step_every_batch steps after every tile batch, and the ranks of {} would deal "
