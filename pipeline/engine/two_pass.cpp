@@ -113,11 +113,7 @@ Tensor TwoPassStep::take_top_rows(const std::vector<float>& scores, std::int64_t
   std::sort(selected_.begin(), selected_.end());
   is_selected_.assign(static_cast<std::size_t>(n), false);
   for (std::int64_t k : selected_) is_selected_[static_cast<std::size_t>(k)] = true;
-  Tensor chosen = Tensor::empty({m, h_.dim(1)}, DType::f32, h_.device());
-  for (std::size_t r = 0; r < selected_.size(); ++r)
-    chosen.slice_rows(static_cast<std::int64_t>(r), static_cast<std::int64_t>(r) + 1)
-        .copy_from(h_.slice_rows(selected_[r], selected_[r] + 1));
-  return chosen;
+  return gather_rows(selected_);
 }
 
 void TwoPassStep::store_rows(const Tensor& features, std::int64_t first_tile) {
