@@ -15,6 +15,7 @@
 #include "net/model.hpp"
 #include "pipeline/engine/two_pass.hpp"
 #include "tests/support/op_check.hpp"
+#include "tests/support/small_image_network.hpp"
 
 namespace bigtrain {
 namespace {
@@ -22,19 +23,11 @@ namespace {
 constexpr std::int64_t kTiles = 9, kBatch = 4, kSize = 24, kInstances = 2;
 constexpr int kLabel = 2;
 
-struct Network {
-  std::unique_ptr<net::Model> model;
-  std::unique_ptr<net::Aggregator> aggregator;
-  ImageModel image_model() { return {&model->encoder(), aggregator.get(), &model->head()}; }
-};
+using Network = testing::SmallImageNetwork;
 
 Network make_network() {
-  auto spec = net::model_spec_from_yaml_string(
-      "preset: small\nin_channels: 1\nnum_classes: 3\nstem: {kernel: 5, stride: 2, maxpool: false}\nwidth: 0.125\n",
-      "attended_instances_test");
-  Network n;
-  n.model = std::make_unique<net::Model>(spec, 4321);
-  n.aggregator = net::make_aggregator({net::AggregatorKind::attention, 8, true}, n.model->encoder().feature_dim(), 77);
+  Network n = testing::make_small_image_network({net::AggregatorKind::attention, 8, true}, 0.125, 4321, 77,
+                                                "attended_instances_test");
   // A fresh head says nearly nothing (logits ~0), which would hide the pull of the
   // least attended tiles towards uniform: a trained head's confidence makes it show.
   for (net::Parameter* p : n.model->head().parameters()) kernels::scale(Backend::cpu, 30.0f, p->value);

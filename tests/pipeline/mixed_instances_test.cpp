@@ -20,27 +20,18 @@
 #include "tests/support/error_of.hpp"
 #include "tests/support/op_check.hpp"
 #include "tests/support/relative_error.hpp"
+#include "tests/support/small_image_network.hpp"
 
 namespace bigtrain {
 namespace {
 
 constexpr std::int64_t kClasses = 3;
 
-struct Network {
-  std::unique_ptr<net::Model> model;
-  std::unique_ptr<net::Aggregator> aggregator;
-  ImageModel image_model() { return {&model->encoder(), aggregator.get(), &model->head()}; }
-};
+using Network = testing::SmallImageNetwork;
 
 Network make_network() {
-  auto spec = net::model_spec_from_yaml_string(
-      "preset: small\nin_channels: 1\nnum_classes: 3\nstem: {kernel: 5, stride: 2, maxpool: false}\nwidth: 0.125\n",
-      "mixed_instances_test");
-  Network network;
-  network.model = std::make_unique<net::Model>(spec, 4321);
-  network.aggregator = net::make_aggregator(net::AggregatorSpec{net::AggregatorKind::instance},
-                                            network.model->encoder().feature_dim(), 7);
-  return network;
+  return testing::make_small_image_network(net::AggregatorSpec{net::AggregatorKind::instance}, 0.125, 4321, 7,
+                                           "mixed_instances_test");
 }
 
 struct StepImage {

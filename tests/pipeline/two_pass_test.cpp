@@ -21,26 +21,16 @@
 #include "pipeline/engine/two_pass.hpp"
 #include "tests/support/op_check.hpp"
 #include "tests/support/relative_error.hpp"
+#include "tests/support/small_image_network.hpp"
 
 namespace bigtrain {
 namespace {
 
-struct Network {
-  std::unique_ptr<net::Model> model;
-  std::unique_ptr<net::Aggregator> aggregator;
-  ImageModel image_model() { return {&model->encoder(), aggregator.get(), &model->head()}; }
-};
+using Network = testing::SmallImageNetwork;
 
 Network make_network(const net::AggregatorSpec& aggregator, std::int64_t stem_channels = 8) {
-  auto spec = net::model_spec_from_yaml_string(
-      fmt::format("preset: small\nin_channels: 1\nnum_classes: 3\nstem: {{kernel: 5, stride: 2, maxpool: false}}\n"
-                  "width: {}\n",
-                  static_cast<double>(stem_channels) / 64.0),
-      "two_pass_test");
-  Network network;
-  network.model = std::make_unique<net::Model>(spec, 1234);
-  network.aggregator = net::make_aggregator(aggregator, network.model->encoder().feature_dim(), 99);
-  return network;
+  return testing::make_small_image_network(aggregator, static_cast<double>(stem_channels) / 64.0, 1234, 99,
+                                           "two_pass_test");
 }
 
 std::vector<Tensor> make_batches(std::int64_t tiles, std::int64_t batch, std::int64_t size, std::uint64_t seed) {
