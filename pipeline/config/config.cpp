@@ -157,6 +157,12 @@ TrainConfig read_train(ConfigSection s) {
     t.instance_loss.weight = i.get_double("weight", t.instance_loss.weight, 0.0, 100.0);
     i.finish();
   }
+  {
+    ConfigSection teacher = s.section("teacher");
+    t.teacher.checkpoint = teacher.get_string("checkpoint", "");
+    t.teacher.top = teacher.get_int("top", t.teacher.top, 1, kIntMax);
+    teacher.finish();
+  }
   t.freeze_bn = s.get_bool("freeze_bn", t.freeze_bn);
   t.mix_tiles = s.get_bool("mix_tiles", t.mix_tiles);
   t.instance_top_k = s.get_int("instance_top_k", t.instance_top_k, 0, kIntMax);
@@ -317,6 +323,14 @@ Config parse_node(YAML::Node root, std::shared_ptr<ConfigOrigin> origin, const s
   if (config.train.instance_loss.k > 0 && config.aggregator.kind != net::AggregatorKind::attention)
     train.section("instance_loss").fail("k", "picks each image's most and least attended tiles: it needs "
                                              "aggregator.kind attention");
+  if (!config.train.teacher.checkpoint.empty()) {
+    config.train.teacher.checkpoint = resolve_path(config.train.teacher.checkpoint, base);
+    if (config.tiler.mode != TilerMode::tiles)
+      train.section("teacher").fail("checkpoint", "picks tiles of each training image: it needs tiler.mode tiles");
+    if (config.tiler.max_tiles_per_image > 0)
+      top.section("tiler").fail("max_tiles_per_image", "must be 0 with train.teacher (the teacher picks the tiles "
+                                                       "instead of a random subset)");
+  }
   if (config.train.instance_top_k > 0 && !config.train.mix_tiles)
     train.fail("instance_top_k", "selects tiles within the mixed tile batches of the instance aggregator: it needs "
                                  "mix_tiles: true (and aggregator.kind instance)");
@@ -453,6 +467,10 @@ std::string config_to_yaml(const Config& c) {
   out << YAML::Key << "instance_loss" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "k" << YAML::Value << t.instance_loss.k;
   out << YAML::Key << "weight" << YAML::Value << t.instance_loss.weight;
+  out << YAML::EndMap;
+  out << YAML::Key << "teacher" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "checkpoint" << YAML::Value << t.teacher.checkpoint;
+  out << YAML::Key << "top" << YAML::Value << t.teacher.top;
   out << YAML::EndMap;
   out << YAML::Key << "freeze_bn" << YAML::Value << t.freeze_bn;
   out << YAML::Key << "mix_tiles" << YAML::Value << t.mix_tiles;

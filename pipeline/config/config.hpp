@@ -99,6 +99,13 @@ struct InstanceLossConfig {
   double weight = 0.3;   // of the instance loss beside the image's (CLAM: 0.3)
 };
 
+// train.teacher: an earlier run's checkpoint picks the tiles each training image is
+// trained on (pipeline/train/teacher_tiles.hpp); evaluation sees every tile.
+struct TeacherConfig {
+  std::string checkpoint;  // absolute once parsed; empty: off
+  std::int64_t top = 3;    // the teacher's highest-scoring tiles per image
+};
+
 struct EarlyStoppingConfig {
   std::int64_t patience = 0;  // epochs without improvement of best_metric; 0: off
   double min_delta = 0.0;
@@ -131,6 +138,7 @@ struct TrainConfig {
   std::uint64_t seed = 0;
   EarlyStoppingConfig early_stopping;
   InstanceLossConfig instance_loss;
+  TeacherConfig teacher;
   bool freeze_bn = false;
   // aggregator.kind instance: a tile batch draws its tiles from the images of the
   // optimizer step, never two of one image, so BatchNorm's batch statistics span

@@ -53,6 +53,7 @@
 #include "pipeline/train/contrastive.hpp"
 #include "pipeline/train/pretext.hpp"
 #include "pipeline/train/report_heatmaps.hpp"
+#include "pipeline/train/teacher_tiles.hpp"
 #include "pipeline/train/training_diagnostics.hpp"
 
 namespace bigtrain {
@@ -167,6 +168,8 @@ struct Trainer::State {
   std::unique_ptr<StreamStep> stream_step;  // tiler.mode stream, in place of `step`'s passes
   std::unique_ptr<MixedInstanceStep> mixed_step;  // train.mix_tiles, in place of `step` in training
   std::unique_ptr<TrainingDiagnostics> diagnostics;  // train.diagnostics, rank 0 only
+  // train.teacher: each training image's tiles, in grid pixels of its tiling; empty: all.
+  std::vector<std::vector<cv::Rect>> teacher_tiles;
   ImageModel image_model;
   Backend backend = Backend::cpu;
   LossScaler loss_scaler;  // enabled for train.precision fp16
@@ -566,8 +569,10 @@ EpochSummary Trainer::State::train_epoch(std::int64_t epoch) {
   if (!schedule.empty()) stats = stream.run(
       schedule,
       [&](std::size_t image) {
-        return image_tiling(train[image].path, config.tiler, true, seed(kSubsample, e, image), seed(kAugment, e, image),
-                          config.data.max_value);
+        ImageTiling tiling = image_tiling(train[image].path, config.tiler, true, seed(kSubsample, e, image),
+                                          seed(kAugment, e, image), config.data.max_value);
+        if (!teacher_tiles.empty()) tiling.tiles = teacher_tiles[image];
+        return tiling;
       },
       [&](const TileBatch& batch) {
         const Sample& sample = train[batch.image];
@@ -981,6 +986,10 @@ TrainOutcome Trainer::run() {
     write_file_atomically((s.run_dir / "pretext.csv").string(), pretext_csv(history));
     s.calibrate_batch_norm_if_asked();
   }
+  // After pretraining, which learns from every tile. A resumed run scores again: the
+  // teacher's choice is a pure function of its checkpoint and the images.
+  if (!c.train.teacher.checkpoint.empty() && s.teacher_tiles.empty() && s.epochs_done < c.train.epochs)
+    s.teacher_tiles = select_tiles_by_teacher(c, s.dataset.train, s.dataset.classes, s.backend);
   while (s.epochs_done < c.train.epochs) {
     if (epoch_limit_ >= 0 && run_this_time >= epoch_limit_) break;
     // A stop that came while the last checkpoint was written: it is this state.

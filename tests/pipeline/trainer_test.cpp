@@ -5,6 +5,7 @@
 #include <string>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -19,6 +20,8 @@
 #include "pipeline/engine/bn_calibration.hpp"
 #include "pipeline/plan/plan.hpp"
 #include "pipeline/plan/recompute_split.hpp"
+#include "pipeline/infer/infer.hpp"
+#include "pipeline/train/teacher_tiles.hpp"
 #include "pipeline/train/trainer.hpp"
 #include "tests/support/demo_dataset.hpp"
 
@@ -269,6 +272,55 @@ TEST_F(TrainerTest, MemoryBudgetKeepsBatchesAndTrainsTheSameWeights) {
     for (const auto& [key, tensor] : reference.tensors)
       EXPECT_EQ(tensor.bytes, kept.tensors.at(key).bytes) << run << ": " << key << " differs from recomputing all";
   }
+}
+
+// train.teacher: training reads only the tiles the teacher's attention ranks highest
+// (the same ones bigtrain infer's per-tile attention puts first), evaluation every tile.
+TEST_F(TrainerTest, TeacherPicksTheTilesTrainingReads) {
+  const std::vector<std::string> one_epoch = {"train.epochs=1"};
+  const TrainOutcome teacher_run = Trainer(config("teacher", one_epoch), false).run();
+  const std::string teacher = (root_ / "teacher" / "checkpoints" / "last.safetensors").string();
+  std::vector<std::string> student_overrides = one_epoch;
+  student_overrides.push_back("train.teacher.checkpoint=" + teacher);
+  student_overrides.push_back("train.teacher.top=2");
+  const Config student_config = config("student", student_overrides);
+
+  // The selection, against the teacher's attention as inference reports it.
+  Trainer student(student_config, false);
+  const std::vector<Sample>& train = student.dataset().train;
+  const auto selected = select_tiles_by_teacher(student_config, train, student.dataset().classes, Backend::cpu);
+  ASSERT_EQ(selected.size(), train.size());
+  LoadedCheckpoint loaded = load_checkpoint_for_inference(teacher);
+  InferenceEngine engine(loaded, {.backend = Backend::cpu, .tile_results = true});
+  std::vector<InferenceItem> items;
+  for (std::size_t i = 0; i < 6; ++i) items.push_back({train[i].path, train[i].label});
+  std::size_t checked = 0;
+  engine.run(items, [&](ImagePrediction&& p) {
+    ASSERT_TRUE(p.ok()) << p.error;
+    std::vector<TileResult> ranked = p.tile_results;
+    std::stable_sort(ranked.begin(), ranked.end(),
+                     [](const TileResult& a, const TileResult& b) { return a.attention > b.attention; });
+    ASSERT_GE(ranked.size(), 3u);
+    ASSERT_GT(ranked[1].attention, ranked[2].attention) << "a tie at the cut would make the choice arbitrary";
+    const std::vector<cv::Rect>& chosen = selected[p.index];
+    ASSERT_EQ(chosen.size(), 2u) << p.path;
+    for (int k = 0; k < 2; ++k)
+      EXPECT_NE(std::find(chosen.begin(), chosen.end(), ranked[static_cast<std::size_t>(k)].rect), chosen.end())
+          << p.path << ": attention rank " << k << " not selected";
+    ++checked;
+  });
+  EXPECT_EQ(checked, items.size());
+
+  const TrainOutcome student_run = student.run();
+  ASSERT_GE(teacher_run.rows.size(), 2u);
+  ASSERT_GE(student_run.rows.size(), 2u);
+  const EpochSummary& all_train = teacher_run.rows[0];
+  const EpochSummary& picked_train = student_run.rows[0];
+  ASSERT_EQ(all_train.split, "train");
+  ASSERT_EQ(picked_train.split, "train");
+  // 9 tiles an image (3 x 3 tiles of 64 every 32 on 128^2 canvases), 2 picked.
+  EXPECT_EQ(picked_train.tiles * 9, all_train.tiles * 2);
+  EXPECT_EQ(student_run.rows[1].tiles, teacher_run.rows[1].tiles) << "validation reads every tile";
 }
 
 }  // namespace
