@@ -389,11 +389,17 @@ EpochSummary Trainer::State::train_epoch(std::int64_t epoch) {
     for (std::size_t k = 0; k < first_step; ++k) images_skipped += static_cast<std::size_t>(shard.images_per_step[k]);
   }
   const bool single_pass = step->single_pass();
+  // A frozen encoder (rate 0, statistics frozen or GroupNorm) would take nothing from
+  // pass 2 but gradients its optimizer multiplies by 0: pass 1's features and the
+  // aggregator's backward are the whole step, at a third of the cost.
+  const bool encoder_frozen = config.train.encoder_lr_scale == 0.0 &&
+                              (config.train.freeze_bn || model->spec().encoder.norm == net::NormKind::group);
+  const bool no_pass2 = single_pass || encoder_frozen;
   std::vector<StreamJob> schedule;
   for (std::size_t i = images_skipped; i < shard.images.size() && !streaming(); ++i) {
     schedule.push_back({shard.images[i], 1});
     // Pass 2 last batch first, skipping the batches pass 1 kept (two_pass.hpp).
-    if (!single_pass)
+    if (!no_pass2)
       schedule.push_back({.image = shard.images[i], .pass = 2, .reverse_batches = mixed_step == nullptr,
                           .skip_batches = recompute.kept_batches});
   }
@@ -599,7 +605,7 @@ EpochSummary Trainer::State::train_epoch(std::int64_t epoch) {
           if (batch.first_tile == 0) {
             const auto image_tiles = static_cast<std::int64_t>(batch.plan->tiles.size());
             step->begin_image(image_tiles, sample.label, seed(kDropout, e, batch.image),
-                              single_pass ? 0 : kept_tiles(recompute, config.train.tile_batch, image_tiles));
+                              no_pass2 ? 0 : kept_tiles(recompute, config.train.tile_batch, image_tiles));
           }
           if (single_pass) {
             step->train_instances_batch(kernels::upload_async(backend, batch.pixels).get(), batch.first_tile,
@@ -615,7 +621,7 @@ EpochSummary Trainer::State::train_epoch(std::int64_t epoch) {
             if (diagnostics)
               diagnostics->image(epoch, optimizer->steps_taken() + 1, *batch.plan, sample.label, outcome.loss,
                                  step->attention(), step->selected_tiles());
-            if (single_pass) {
+            if (no_pass2) {
               image_done();
             } else if (step->recomputed_tiles() == 0) {  // every batch kept: pass 2 reads nothing
               step->backward_kept();

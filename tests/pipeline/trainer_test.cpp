@@ -7,8 +7,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "kernels/core/error.hpp"
 #include "net/batch_norm.hpp"
@@ -321,6 +323,52 @@ TEST_F(TrainerTest, TeacherPicksTheTilesTrainingReads) {
   // 9 tiles an image (3 x 3 tiles of 64 every 32 on 128^2 canvases), 2 picked.
   EXPECT_EQ(picked_train.tiles * 9, all_train.tiles * 2);
   EXPECT_EQ(student_run.rows[1].tiles, teacher_run.rows[1].tiles) << "validation reads every tile";
+}
+
+// A frozen encoder (encoder_lr_scale 0, frozen BatchNorm) skips pass 2: the aggregator
+// and head train exactly as with pass 2 at a rate too small to move a float32 weight,
+// and the encoder receives no gradient at all (diagnostics' gradients.csv).
+TEST_F(TrainerTest, FrozenEncoderSkipsPassTwoAndTrainsTheSameHead) {
+  const std::vector<std::string> base = {"train.epochs=1", "train.memory_budget=0", "train.diagnostics=true"};
+  std::vector<std::string> frozen = base, negligible = base;
+  frozen.push_back("train.encoder_lr_scale=0");
+  negligible.push_back("train.encoder_lr_scale=1e-30");
+  Trainer(config("frozen_skip", frozen), false).run();
+  Trainer(config("frozen_pass2", negligible), false).run();
+  const auto skip = net::read_safetensors(root_ / "frozen_skip" / "checkpoints" / "last.safetensors");
+  const auto pass2 = net::read_safetensors(root_ / "frozen_pass2" / "checkpoints" / "last.safetensors");
+  ASSERT_EQ(skip.tensors.size(), pass2.tensors.size());
+  std::size_t head_tensors = 0;
+  for (const auto& [key, tensor] : skip.tensors) {
+    const auto& other = pass2.tensors.at(key).bytes;
+    if (key.starts_with("fc.") || key.starts_with("aggregator.")) {
+      EXPECT_EQ(tensor.bytes, other) << key;
+      ++head_tensors;
+      continue;
+    }
+    // Zero-initialised encoder tensors (BatchNorm's shifts) do move at 1e-30 of the
+    // rate, to ~1e-33: nothing the features can show.
+    ASSERT_EQ(tensor.bytes.size(), other.size()) << key;
+    for (std::size_t i = 0; i + 4 <= other.size(); i += 4) {
+      float a = 0, b = 0;
+      std::memcpy(&a, tensor.bytes.data() + i, 4);
+      std::memcpy(&b, other.data() + i, 4);
+      ASSERT_LE(std::fabs(a - b), 1e-25f) << key;
+    }
+  }
+  EXPECT_GT(head_tensors, 2u);
+  auto first_encoder_gradient = [&](const std::string& run) {
+    std::ifstream csv(root_ / run / "gradients.csv");
+    std::string header, row;
+    std::getline(csv, header);
+    std::getline(csv, row);
+    EXPECT_NE(header.find("grad_conv1.weight"), std::string::npos) << header;
+    // epoch,step,grad_conv1.weight,...
+    const std::size_t a = row.find(',', row.find(',') + 1) + 1;
+    return std::stod(row.substr(a, row.find(',', a) - a));
+  };
+  EXPECT_EQ(first_encoder_gradient("frozen_skip"), 0.0) << "pass 2 ran for a frozen encoder";
+  EXPECT_GT(first_encoder_gradient("frozen_pass2"), 0.0);
 }
 
 }  // namespace
