@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
-#include <numeric>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
