@@ -169,6 +169,7 @@ TrainConfig read_train(ConfigSection s) {
   t.step_every_batch = s.get_bool("step_every_batch", t.step_every_batch);
   t.encoder_lr_scale = s.get_double("encoder_lr_scale", t.encoder_lr_scale, 0.0, 100.0);
   t.bn_calibration_images = s.get_int("bn_calibration_images", t.bn_calibration_images, 0, kIntMax);
+  t.feature_cache_mb = s.get_int("feature_cache_mb", t.feature_cache_mb, 0, std::int64_t{1} << 30);
   t.diagnostics = s.get_bool("diagnostics", t.diagnostics);
   t.best_metric = read_choice(s, "best_metric", t.best_metric);
   t.precision = read_choice(s, "precision", t.precision);
@@ -478,6 +479,7 @@ std::string config_to_yaml(const Config& c) {
   out << YAML::Key << "step_every_batch" << YAML::Value << t.step_every_batch;
   out << YAML::Key << "encoder_lr_scale" << YAML::Value << t.encoder_lr_scale;
   out << YAML::Key << "bn_calibration_images" << YAML::Value << t.bn_calibration_images;
+  out << YAML::Key << "feature_cache_mb" << YAML::Value << t.feature_cache_mb;
   out << YAML::Key << "diagnostics" << YAML::Value << t.diagnostics;
   out << YAML::Key << "best_metric" << YAML::Value << std::string(choice_name(t.best_metric));
   out << YAML::Key << "precision" << YAML::Value << std::string(choice_name(t.precision));

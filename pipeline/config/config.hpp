@@ -90,6 +90,7 @@ struct AugmentationConfig {
   double scale = 0.0;   // factor uniform in [1-s, 1+s]
   double shift = 0.0;   // translation, uniform in [-t, t] of the tile's side, each axis
   bool affine() const { return rotate > 0 || scale > 0 || shift > 0; }
+  bool any() const { return flips || rot90 || brightness > 0 || contrast > 0 || noise > 0 || affine(); }
 };
 
 // aggregator.kind attention: CLAM's instance loss with the image head as the
@@ -159,6 +160,9 @@ struct TrainConfig {
   // With freeze_bn and a freshly initialised encoder, the running statistics are
   // estimated from this many training images before the first step (0: off).
   std::int64_t bn_calibration_images = 0;
+  // A frozen encoder's tile features kept in memory from the first epoch, up to this
+  // many MiB per split (pipeline/engine/feature_cache.hpp); 0: encode every epoch.
+  std::int64_t feature_cache_mb = 1024;
   BestMetric best_metric = BestMetric::val_accuracy;  // val_accuracy | val_balanced_accuracy | val_loss | val_auc
   // fp32 | bf16 | fp16: the compute type of the encoder's convolutions (float32
   // master weights and activations between layers; see kernels/conv2d.hpp). bf16

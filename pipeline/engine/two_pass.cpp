@@ -125,6 +125,14 @@ void TwoPassStep::store_rows(const Tensor& features, std::int64_t first_tile) {
   rows_filled_ += rows;
 }
 
+void TwoPassStep::load_features(const Tensor& features) {
+  BT_CHECK(h_.defined() && rows_filled_ == 0, "two-pass step: load_features needs a fresh begin_image");
+  BT_CHECK(features.rank() == 2 && features.dim(0) == h_.dim(0) && features.dim(1) == h_.dim(1),
+           "two-pass step: kept features {} for an image of {} tiles of {} features", features.describe(), h_.dim(0),
+           h_.dim(1));
+  store_rows(features, 0);
+}
+
 void TwoPassStep::pass1_batch(const Tensor& x, std::int64_t first_tile) {
   const bool keep = first_tile < kept_tiles_;
   store_rows(model_.encoder->forward(x, encoder_context(keep, true)), first_tile);

@@ -104,6 +104,9 @@ class TwoPassStep {
   void begin_image(std::int64_t tiles, int label, std::uint64_t dropout_seed, std::int64_t kept_tiles = 0);
   // x: [B, C, T, T] on the backend's device; rows [first, first + B) of H.
   void pass1_batch(const Tensor& x, std::int64_t first_tile);
+  // In place of pass 1's batches: the image's whole H from a frozen encoder, kept
+  // from an earlier epoch (feature_cache.hpp); any device.
+  void load_features(const Tensor& features);
   // Head, loss and dL/dH; the loss gradient is multiplied by loss_scale (1 /
   // images_per_step, so accumulated gradients are a mean over the step's images,
   // times the fp16 loss scale).

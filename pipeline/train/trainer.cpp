@@ -40,6 +40,7 @@
 #include "pipeline/engine/bn_calibration.hpp"
 #include "pipeline/engine/checkpoint.hpp"
 #include "pipeline/engine/checkpoint_metadata.hpp"
+#include "pipeline/engine/feature_cache.hpp"
 #include "pipeline/engine/gradient_check.hpp"
 #include "pipeline/engine/loss_scaler.hpp"
 #include "pipeline/engine/mixed_instances.hpp"
@@ -170,6 +171,14 @@ struct Trainer::State {
   std::unique_ptr<TrainingDiagnostics> diagnostics;  // train.diagnostics, rank 0 only
   // train.teacher: each training image's tiles, in grid pixels of its tiling; empty: all.
   std::vector<std::vector<cv::Rect>> teacher_tiles;
+  // A frozen encoder's features of the training and validation images, kept from
+  // their first epoch while its inputs stay the same (feature_cache.hpp); null: off.
+  std::unique_ptr<FeatureCache> train_features, val_features;
+  bool logged_kept_features = false;
+  bool encoder_frozen() const {
+    return config.train.encoder_lr_scale == 0.0 &&
+           (config.train.freeze_bn || model->spec().encoder.norm == net::NormKind::group);
+  }
   ImageModel image_model;
   Backend backend = Backend::cpu;
   LossScaler loss_scaler;  // enabled for train.precision fp16
@@ -392,11 +401,15 @@ EpochSummary Trainer::State::train_epoch(std::int64_t epoch) {
   // A frozen encoder (rate 0, statistics frozen or GroupNorm) would take nothing from
   // pass 2 but gradients its optimizer multiplies by 0: pass 1's features and the
   // aggregator's backward are the whole step, at a third of the cost.
-  const bool encoder_frozen = config.train.encoder_lr_scale == 0.0 &&
-                              (config.train.freeze_bn || model->spec().encoder.norm == net::NormKind::group);
-  const bool no_pass2 = single_pass || encoder_frozen;
+  const bool no_pass2 = single_pass || encoder_frozen();
+  // The same H every epoch: frozen weights, and inputs that do not change (no
+  // augmentation, every tile read). Mixed batches and the stream have no H to keep.
+  if (!train_features && encoder_frozen() && !single_pass && !mixed_step && !streaming() &&
+      !config.train.augmentation.any() && config.tiler.max_tiles_per_image == 0 && config.train.feature_cache_mb > 0)
+    train_features = std::make_unique<FeatureCache>("training images", train.size(), config.train.feature_cache_mb << 20);
+  const bool from_kept_features = train_features && train_features->complete();
   std::vector<StreamJob> schedule;
-  for (std::size_t i = images_skipped; i < shard.images.size() && !streaming(); ++i) {
+  for (std::size_t i = images_skipped; i < shard.images.size() && !streaming() && !from_kept_features; ++i) {
     schedule.push_back({shard.images[i], 1});
     // Pass 2 last batch first, skipping the batches pass 1 kept (two_pass.hpp).
     if (!no_pass2)
@@ -552,7 +565,32 @@ EpochSummary Trainer::State::train_epoch(std::int64_t epoch) {
     report_progress(false);
     take_ready_steps();
   };
+  // The image's gradients are all in: release it and step when the step is whole.
+  auto training_image_done = [&](const Sample& sample) {
+    step->end_image();
+    check_gradients(sample, epoch);
+    ++images_done;
+    ++images_in_step;
+    report_progress(false);
+    take_ready_steps();
+  };
+  // H is whole (pass 1's batches, or kept features): the head, the loss, and the
+  // encoder's backward unless pass 2 has tiles to recompute.
+  auto end_of_pass1 = [&](const Sample& sample, const ImageTiling& plan) {
+    const ImageOutcome outcome = step->finish_image(mean_over_step * loss_scaler.scale());
+    record_outcome(sample, outcome);
+    if (diagnostics)
+      diagnostics->image(epoch, optimizer->steps_taken() + 1, plan, sample.label, outcome.loss, step->attention(),
+                         step->selected_tiles());
+    if (no_pass2) {
+      training_image_done(sample);
+    } else if (step->recomputed_tiles() == 0) {  // every batch kept: pass 2 reads nothing
+      step->backward_kept();
+      training_image_done(sample);
+    }
+  };
   StreamStats stats;
+  std::int64_t tiles_encoded = 0;
   set_schedule_clock();
   try {
   take_ready_steps();  // steps in which this rank has no image (more ranks than images_per_step)
@@ -572,6 +610,15 @@ EpochSummary Trainer::State::train_epoch(std::int64_t epoch) {
     report_progress(false);
     take_ready_steps();
   }
+  for (std::size_t i = images_skipped; i < shard.images.size() && from_kept_features; ++i) {
+    MemoryPhase phase("training from kept features");
+    const std::size_t image = shard.images[i];
+    const FeatureCache::Entry& kept = train_features->at(image);
+    step->begin_image(kept.features.dim(0), train[image].label, seed(kDropout, e, image), 0);
+    step->load_features(kept.features);
+    tiles += kept.features.dim(0);
+    end_of_pass1(train[image], *kept.plan);
+  }
   if (!schedule.empty()) stats = stream.run(
       schedule,
       [&](std::size_t image) {
@@ -583,15 +630,7 @@ EpochSummary Trainer::State::train_epoch(std::int64_t epoch) {
       [&](const TileBatch& batch) {
         const Sample& sample = train[batch.image];
         MemoryPhase phase(batch.pass == 1 ? (single_pass ? "training (one pass)" : "pass 1") : "pass 2");
-        // The image's gradients are all in: release it and step when the step is whole.
-        auto image_done = [&] {
-          step->end_image();
-          check_gradients(sample, epoch);
-          ++images_done;
-          ++images_in_step;
-          report_progress(false);
-          take_ready_steps();
-        };
+        auto image_done = [&] { training_image_done(sample); };
         if (mixed_step) {
           mixed_step->add(batch.image, sample.label, static_cast<std::int64_t>(batch.plan->tiles.size()), batch.plan,
                           batch.pixels, batch.first_tile);
@@ -616,17 +655,8 @@ EpochSummary Trainer::State::train_epoch(std::int64_t epoch) {
             tiles += batch.pixels.dim(0);  // counted once, here: pass 2 skips the kept batches
           }
           if (batch.last_of_job) {
-            const ImageOutcome outcome = step->finish_image(mean_over_step * loss_scaler.scale());
-            record_outcome(sample, outcome);
-            if (diagnostics)
-              diagnostics->image(epoch, optimizer->steps_taken() + 1, *batch.plan, sample.label, outcome.loss,
-                                 step->attention(), step->selected_tiles());
-            if (no_pass2) {
-              image_done();
-            } else if (step->recomputed_tiles() == 0) {  // every batch kept: pass 2 reads nothing
-              step->backward_kept();
-              image_done();
-            }
+            if (train_features) train_features->store(batch.image, step->features(), batch.plan);
+            end_of_pass1(sample, *batch.plan);
           }
           return;
         }
@@ -648,6 +678,7 @@ EpochSummary Trainer::State::train_epoch(std::int64_t epoch) {
   keep_partial(stats.wait_seconds);
   gather_image_results(world(), shard.positions, train.size(), dataset.classes.size(), labels, probabilities, losses);
   tiles = sum_over_ranks(world(), tiles);
+  tiles_encoded = from_kept_features ? 0 : tiles;
   average_buffers(world(), state_refs());
   if (world().distributed() && step_index > 0)
     spdlog::info("epoch {}: allreduce {:.1f} ms per optimizer step ({:.2f} MB of gradients each; {})", epoch,
@@ -661,6 +692,13 @@ EpochSummary Trainer::State::train_epoch(std::int64_t epoch) {
   row.metrics = compute_metrics(labels, probabilities, losses, dataset.classes.size());
   row.seconds = partial.seconds;
   row.tiles = tiles;
+  row.tiles_encoded = tiles_encoded;
+  if (from_kept_features && !logged_kept_features) {
+    logged_kept_features = true;
+    spdlog::info("epoch {} trained from the frozen encoder's kept features ({} images, {:.1f} MiB; "
+                 "train.feature_cache_mb): no tile read or encoded", epoch, train_features->images(),
+                 static_cast<double>(train_features->bytes()) / (1 << 20));
+  }
   row.wait_seconds = partial.wait_seconds;
   record_memory_peaks(row);
   row.learning_rate = lr;
@@ -670,7 +708,18 @@ EpochSummary Trainer::State::train_epoch(std::int64_t epoch) {
 EpochSummary Trainer::State::evaluate(const std::vector<Sample>& split, const std::string& name, std::int64_t epoch) {
   std::vector<StreamJob> schedule;
   const std::vector<std::size_t> mine = shard_indices(split.size(), world());
-  for (std::size_t i : mine) schedule.push_back({i, 0});
+  // Validation runs every epoch: a frozen encoder's features of it are kept too
+  // (evaluation never augments).
+  FeatureCache* kept = nullptr;
+  if (name == "val" && encoder_frozen() && !streaming() && config.train.feature_cache_mb > 0) {
+    if (!val_features)
+      val_features = std::make_unique<FeatureCache>("validation images", split.size(), config.train.feature_cache_mb << 20,
+                                                    mine.size());
+    kept = val_features.get();
+  }
+  const bool from_kept_features = kept && kept->complete();
+  if (!from_kept_features)
+    for (std::size_t i : mine) schedule.push_back({i, 0});
   const int channels = static_cast<int>(model->spec().encoder.in_channels);
   TileStream stream({config.train.tile_batch, config.device.tiles_in_flight, static_cast<int>(config.device.threads)},
                     Preprocessing::from_config(config, channels, false));
@@ -692,6 +741,19 @@ EpochSummary Trainer::State::evaluate(const std::vector<Sample>& split, const st
     tiles += outcome.tiles;
     if (!world().distributed() && stop_requested()) throw StopAtStepBoundary{};
   }
+  for (std::size_t i = 0; i < mine.size() && from_kept_features; ++i) {
+    const Sample& sample = split[mine[i]];
+    const Tensor& features = kept->at(mine[i]).features;
+    step->begin_image(features.dim(0), sample.label, 0);
+    step->load_features(features);
+    const ImageOutcome outcome = step->finish_eval();
+    labels.push_back(sample.label);
+    probabilities.push_back(outcome.probabilities);
+    losses.push_back(outcome.loss);
+    tiles += features.dim(0);
+    step->end_image();
+    if (!world().distributed() && stop_requested()) throw StopAtStepBoundary{};
+  }
   if (streaming()) schedule.clear();
   StreamStats stats;
   if (!schedule.empty()) stats = stream.run(
@@ -703,6 +765,7 @@ EpochSummary Trainer::State::evaluate(const std::vector<Sample>& split, const st
         step->eval_batch(kernels::upload_async(backend, batch.pixels).get(), batch.first_tile);
         tiles += batch.pixels.dim(0);
         if (!batch.last_of_job) return;
+        if (kept) kept->store(batch.image, step->features(), batch.plan);
         const ImageOutcome outcome = step->finish_eval();
         labels.push_back(sample.label);
         probabilities.push_back(outcome.probabilities);
@@ -720,6 +783,7 @@ EpochSummary Trainer::State::evaluate(const std::vector<Sample>& split, const st
   row.seconds = streaming() ? std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count()
                             : stats.seconds;
   row.tiles = tiles;
+  row.tiles_encoded = from_kept_features ? 0 : tiles;
   row.wait_seconds = stats.wait_seconds;
   record_memory_peaks(row);
   row.learning_rate = optimizer->learning_rate(0);

@@ -34,6 +34,9 @@ struct EpochSummary {
   ClassificationMetrics metrics;
   double seconds = 0.0;
   std::int64_t tiles = 0;
+  // Tiles read and encoded (0 when a frozen encoder's kept features served
+  // the epoch: train.feature_cache_mb).
+  std::int64_t tiles_encoded = 0;
   double wait_seconds = 0.0;  // the compute node waiting for tiles
   std::size_t peak_allocated_bytes = 0;
   std::int64_t peak_rss_bytes = 0;

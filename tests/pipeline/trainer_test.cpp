@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <iterator>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -369,6 +370,43 @@ TEST_F(TrainerTest, FrozenEncoderSkipsPassTwoAndTrainsTheSameHead) {
   };
   EXPECT_EQ(first_encoder_gradient("frozen_skip"), 0.0) << "pass 2 ran for a frozen encoder";
   EXPECT_GT(first_encoder_gradient("frozen_pass2"), 0.0);
+}
+
+
+TEST_F(TrainerTest, FrozenEncoderFeaturesAreKeptAndTrainTheSameWeights) {
+  // Dropout after the aggregator draws per epoch: the kept features must not freeze it.
+  const std::vector<std::string> base = {"train.epochs=3", "train.encoder_lr_scale=0", "aggregator.dropout=0.2",
+                                         "train.diagnostics=true"};
+  std::vector<std::string> uncached = base, augmented = base;
+  uncached.push_back("train.feature_cache_mb=0");
+  augmented.push_back("train.augmentation.noise=0.05");
+  const TrainOutcome kept = Trainer(config("features_kept", base), false).run();
+  const TrainOutcome encoded = Trainer(config("features_encoded", uncached), false).run();
+  const TrainOutcome noisy = Trainer(config("features_augmented", augmented), false).run();
+  ASSERT_EQ(kept.rows.size(), encoded.rows.size());
+  for (std::size_t r = 0; r < kept.rows.size(); ++r) {
+    const EpochSummary &a = kept.rows[r], &b = encoded.rows[r];
+    SCOPED_TRACE(a.split + " epoch " + std::to_string(a.epoch));
+    EXPECT_EQ(a.metrics.loss, b.metrics.loss);
+    EXPECT_EQ(a.tiles, b.tiles);
+    EXPECT_EQ(b.tiles_encoded, b.tiles);
+    // The first epoch and the test split read every tile; later epochs none.
+    if (a.epoch == 1 || a.split == "test") EXPECT_EQ(a.tiles_encoded, a.tiles);
+    else EXPECT_EQ(a.tiles_encoded, 0);
+  }
+  for (const EpochSummary& row : noisy.rows)
+    if (row.split == "train") EXPECT_EQ(row.tiles_encoded, row.tiles) << "augmented inputs were served from the cache";
+  const auto a = net::read_safetensors(root_ / "features_kept" / "checkpoints" / "last.safetensors");
+  const auto b = net::read_safetensors(root_ / "features_encoded" / "checkpoints" / "last.safetensors");
+  ASSERT_EQ(a.tensors.size(), b.tensors.size());
+  for (const auto& [key, tensor] : a.tensors) EXPECT_EQ(tensor.bytes, b.tensors.at(key).bytes) << key;
+  auto text = [](const fs::path& file) {
+    std::ifstream in(file);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::string diagnostics = text(root_ / "features_kept" / "diagnostics.csv");
+  EXPECT_GT(std::count(diagnostics.begin(), diagnostics.end(), '\n'), 3 * 80);
+  EXPECT_EQ(diagnostics, text(root_ / "features_encoded" / "diagnostics.csv"));
 }
 
 }  // namespace
