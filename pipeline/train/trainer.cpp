@@ -780,8 +780,10 @@ EpochSummary Trainer::State::evaluate(const std::vector<Sample>& split, const st
   row.epoch = epoch;
   row.split = name;
   row.metrics = compute_metrics(labels, probabilities, losses, dataset.classes.size());
-  row.seconds = streaming() ? std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count()
-                            : stats.seconds;
+  // The tile stream times itself; the stream mode and kept features do not use it.
+  row.seconds = streaming() || from_kept_features
+                    ? std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count()
+                    : stats.seconds;
   row.tiles = tiles;
   row.tiles_encoded = from_kept_features ? 0 : tiles;
   row.wait_seconds = stats.wait_seconds;

@@ -389,6 +389,7 @@ TEST_F(TrainerTest, FrozenEncoderFeaturesAreKeptAndTrainTheSameWeights) {
     SCOPED_TRACE(a.split + " epoch " + std::to_string(a.epoch));
     EXPECT_EQ(a.metrics.loss, b.metrics.loss);
     EXPECT_EQ(a.tiles, b.tiles);
+    EXPECT_GT(a.seconds, 0.0);
     EXPECT_EQ(b.tiles_encoded, b.tiles);
     // The first epoch and the test split read every tile; later epochs none.
     if (a.epoch == 1 || a.split == "test") EXPECT_EQ(a.tiles_encoded, a.tiles);
