@@ -303,6 +303,10 @@ Config parse_node(YAML::Node root, std::shared_ptr<ConfigOrigin> origin, const s
   if (YAML::Node model = top.get_node("model"); model.IsDefined()) {
     if (!model.IsMap()) top.fail("model", "must be a mapping (the model spec)");
     config.model = YAML::Clone(model);
+    // Relative to the config file, as the data and train.teacher are: a chain of
+    // configs names its earlier stages' checkpoints wherever it is run from.
+    if (YAML::Node pretrained = config.model["pretrained"]; pretrained.IsScalar())
+      pretrained = resolve_path(pretrained.as<std::string>(), base);
   }
   config.aggregator = read_aggregator(top.section("aggregator"));
   ConfigSection train = top.section("train");

@@ -85,6 +85,19 @@ output: {dir: runs/x}
   EXPECT_EQ(c.output.dir, "runs/x");
 }
 
+TEST(Config, ModelPretrainedIsResolvedBesideTheConfig) {
+  const auto dir = std::filesystem::temp_directory_path() / ("pretrained_config_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir / "configs");
+  const auto yaml = dir / "configs" / "run.yaml";
+  std::ofstream(yaml) << "data: {train: a.csv}\nmodel: {preset: small, pretrained: ../runs/s/last.safetensors}\n";
+  const Config config = load_config(yaml.string());
+  std::filesystem::remove_all(dir);
+  EXPECT_EQ(config.model["pretrained"].as<std::string>(), (dir / "runs" / "s" / "last.safetensors").string());
+  const Config absolute =
+      parse_config("data: {train: a.csv}\nmodel: {preset: small, pretrained: /w/x.safetensors}\n", "run.yaml");
+  EXPECT_EQ(absolute.model["pretrained"].as<std::string>(), "/w/x.safetensors");
+}
+
 TEST(Config, UnknownKeyNamesFileLineAndValidKeys) {
   const std::string message = error_of([] { parse_config("data:\n  train: a.csv\ntrain:\n  epoch: 5\n", "run.yaml"); });
   EXPECT_NE(message.find("run.yaml:4:3"), std::string::npos) << message;
