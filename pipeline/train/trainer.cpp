@@ -250,6 +250,10 @@ struct Trainer::State {
   std::vector<net::StateRefs> state_refs() const { return {model->state(), aggregator->state()}; }
   net::Metadata checkpoint_metadata() const;
   void write_checkpoints(bool best);
+  // checkpoints/pretrained.safetensors: the encoder as pretraining (and calibration)
+  // left it, before any labelled step, so later runs can start from it with
+  // model.pretrained and pretrain.epochs: 0 instead of paying for the pretext again.
+  void write_pretrained_checkpoint();
   EpochSummary train_epoch(std::int64_t epoch);
   bool streaming() const { return stream_step != nullptr; }
   ImageRegionReader region_reader(const Sample& sample) const {
@@ -347,6 +351,16 @@ void Trainer::State::write_checkpoints(bool best) {
   save_model_checkpoint((dir / "last.safetensors").string(), *model, *aggregator, metadata);
   checkpoint_current = true;
   world().barrier();
+}
+
+void Trainer::State::write_pretrained_checkpoint() {
+  if (!world().is_root()) return;
+  const fs::path dir = run_dir / "checkpoints";
+  fs::create_directories(dir);
+  const fs::path path = dir / "pretrained.safetensors";
+  save_model_checkpoint(path.string(), *model, *aggregator, checkpoint_metadata());
+  spdlog::info("pretrained encoder saved: {} (start another run from it with model.pretrained and pretrain.epochs: 0)",
+               path.string());
 }
 
 // The device columns come last, so readers that count columns from the left
@@ -1057,6 +1071,7 @@ TrainOutcome Trainer::run() {
             : pretrain_by_rotation(c, s.dataset.train, s.model->encoder(), s.backend, s.seed(kPretext), stop);
     write_file_atomically((s.run_dir / "pretext.csv").string(), pretext_csv(history));
     s.calibrate_batch_norm_if_asked();
+    s.write_pretrained_checkpoint();
   }
   // After pretraining, which learns from every tile. A resumed run scores again: the
   // teacher's choice is a pure function of its checkpoint and the images.

@@ -243,6 +243,37 @@ TEST_F(TrainerTest, BatchNormCalibrationFollowsPretraining) {
 }
 
 
+// checkpoints/pretrained.safetensors holds the encoder as pretraining and calibration
+// left it, so a run started from it with no pretext of its own trains exactly the
+// run that pretrained: the final weights are the same bytes.
+TEST_F(TrainerTest, PretrainedCheckpointStartsTheSameTraining) {
+  const std::vector<std::string> training = {"train.epochs=1", "train.bn_calibration_images=40"};
+  std::vector<std::string> pretraining = training;
+  pretraining.insert(pretraining.end(), {"pretrain.epochs=1", "pretrain.method=contrastive", "pretrain.tile_batch=8"});
+  Trainer(config("pretrains", pretraining), false).run();
+  const fs::path pretrained = root_ / "pretrains" / "checkpoints" / "pretrained.safetensors";
+  ASSERT_TRUE(fs::exists(pretrained));
+  std::vector<std::string> reused = training;
+  reused.push_back("model.pretrained=" + pretrained.string());
+  Trainer(config("reuses", reused), false).run();
+
+  const auto whole = net::read_safetensors(root_ / "pretrains" / "checkpoints" / "last.safetensors");
+  const auto from_file = net::read_safetensors(root_ / "reuses" / "checkpoints" / "last.safetensors");
+  const auto before_training = net::read_safetensors(pretrained);
+  ASSERT_EQ(whole.tensors.size(), from_file.tensors.size());
+  std::size_t trained = 0;
+  for (const auto& [key, tensor] : whole.tensors) {
+    ASSERT_TRUE(from_file.tensors.contains(key)) << key;
+    // The reusing run calibrates again at its start (same weights, same images, same
+    // statistics); only this counter, which no computation reads, counts it twice.
+    if (key.ends_with("num_batches_tracked")) continue;
+    EXPECT_EQ(tensor.bytes, from_file.tensors.at(key).bytes) << key;
+    if (tensor.bytes != before_training.tensors.at(key).bytes) ++trained;
+  }
+  EXPECT_GT(trained, 4u) << "the checkpoint is from before the labelled epoch, not after it";
+}
+
+
 // train.memory_budget: pass 1 keeps some or all of an image's tile batches and pass 2
 // recomputes the rest; with BatchNorm statistics of each batch (no convolution and
 // BatchNorm folding in pass 1) the weights after two epochs are those of the run that
