@@ -133,8 +133,6 @@ LayerFootprint Conv2d::describe(const Shape& input, const PlanContext& ctx) cons
   fp.forward_scratch = scratch.forward;
   fp.input_gradient = input_grad_ ? LayerFootprint::InputGradient::allocated : LayerFootprint::InputGradient::none;
   fp.backward_scratch = std::max(input_grad_ ? scratch.backward_data : 0, parameter_grads + scratch.backward_weights);
-  fp.cached_weights = scratch.forward_weights +
-                      (ctx.forward.keep_activations && input_grad_ ? scratch.backward_data_weights : 0);
   fp.forward_flops = flops;
   fp.backward_flops = flops * (input_grad_ ? 2.0 : 1.0);
   return fp;

@@ -74,16 +74,10 @@ ConvScratch conv2d_scratch(const kernels::Conv2dSpec& spec, const KernelMemoryMo
   const CpuLayouts forward = cpu_layouts(spec, kernels.cpu_channel_block, ConvPass::forward);
   const CpuLayouts data = cpu_layouts(spec, kernels.cpu_channel_block, ConvPass::backward_data);
   const CpuLayouts weights = cpu_layouts(spec, kernels.cpu_channel_block, ConvPass::backward_weights);
-  // Every temporary of a call is alive until the call returns. The weights of
-  // forward and backward-data are not temporaries: their reordered copies stay
-  // (kernels/cpu/weight_cache.hpp), in the compute type.
-  const std::size_t element = dtype_size(spec.compute_dtype);
-  auto kept_copy = [&](std::size_t float_bytes) { return rounded(float_bytes / sizeof(float) * element); };
-  return {.forward = forward.src + forward.dst,
-          .backward_data = data.dst + data.src,
-          .backward_weights = weights.src + weights.dst + weights.weights,
-          .forward_weights = kept_copy(forward.weights),
-          .backward_data_weights = kept_copy(data.weights)};
+  // Every temporary of a call is alive until the call returns.
+  return {.forward = forward.src + forward.weights + forward.dst,
+          .backward_data = data.dst + data.weights + data.src,
+          .backward_weights = weights.src + weights.dst + weights.weights};
 }
 
 }  // namespace bigtrain::net

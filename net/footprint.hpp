@@ -79,12 +79,6 @@ struct LayerFootprint {
   // gradient, the input gradient and what the forward kept; already rounded.
   std::size_t backward_scratch = 0;
 
-  // Bytes the backend keeps for this layer from its first call until its weights
-  // are freed, beside the parameters: the CPU backend's reordered convolution
-  // weights (kernels/cpu/weight_cache.hpp), for forward and, when a backward
-  // follows, backward-data. Counted once per layer (MemoryWalk::cached_weights).
-  std::size_t cached_weights = 0;
-
   double forward_flops = 0.0;   // multiply-adds x2 of convolutions and linear layers
   double backward_flops = 0.0;  // backward-data (unless the input gradient is off) + backward-weights
 };
@@ -95,9 +89,6 @@ struct LayerFootprint {
 // the shared one KernelMemoryModel counts). Rounded, most bytes alive at once.
 struct ConvScratch {
   std::size_t forward = 0, backward_data = 0, backward_weights = 0;
-  // The weights reordered for forward and for backward-data, kept between calls
-  // (LayerFootprint::cached_weights).
-  std::size_t forward_weights = 0, backward_data_weights = 0;
 };
 ConvScratch conv2d_scratch(const kernels::Conv2dSpec& spec, const KernelMemoryModel& kernels);
 

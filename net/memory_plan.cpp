@@ -111,8 +111,6 @@ PlannedTensor MemoryWalk::forward_child(const Layer& child, const PlannedTensor&
 
 PlannedTensor MemoryWalk::leaf(const Layer& layer, const PlannedTensor& x) {
   const LayerFootprint fp = layer.describe(x.shape(), context_);
-  std::size_t& cached = cached_weights_[&layer];
-  cached = std::max(cached, fp.cached_weights);
   const bool keep = context_.forward.keep_activations;
   trace_.set_phase("forward " + layer.name());
   if (fp.retained > 0) retained_.push_back(trace_.allocate(fp.retained));
@@ -278,12 +276,6 @@ LayerFootprint describe_by_walking(const Layer& layer, const Shape& input, const
   return fp;
 }
 
-std::size_t MemoryWalk::cached_weights() const {
-  std::size_t total = 0;
-  for (const auto& [layer, bytes] : cached_weights_) total += bytes;
-  return total;
-}
-
 ParameterMemory parameter_memory(Layer& layer) {
   const StateRefs refs = layer.state();
   ParameterMemory memory;
@@ -340,7 +332,6 @@ EncoderPlan plan_encoder(Encoder& encoder, const Shape& input, const KernelMemor
   }
   plan.train_peak = trace.peak();
   plan.train_peak_phase = trace.peak_phase();
-  plan.cached_weights = walk.cached_weights();
   for (const LayerPlan& row : plan.layers) {
     plan.forward_flops += row.forward_flops;
     plan.backward_flops += row.backward_flops;

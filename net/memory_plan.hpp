@@ -122,10 +122,6 @@ class MemoryWalk {
   // (a tensor of the caller's, possibly without storage of its own); returns the
   // input gradient, undefined when the network computes none.
   PlannedTensor run_backward(const PlannedTensor& dy);
-  // What the backend keeps for the layers walked so far (LayerFootprint::
-  // cached_weights), each layer counted once at its largest: memory beside the
-  // trace, alive from the first step on.
-  std::size_t cached_weights() const;
 
   // ---- for Layer::plan_forward -------------------------------------------------
   const PlanContext& context() const { return context_; }
@@ -152,7 +148,6 @@ class MemoryWalk {
   KernelMemoryModel kernels_;
   PlanContext context_;
   std::vector<LayerPlan>* table_ = nullptr;
-  std::unordered_map<const Layer*, std::size_t> cached_weights_;
   bool rows_ = true;
   std::set<const void*> counted_kept_;
   std::vector<std::unique_ptr<Tape>> tapes_;
@@ -200,9 +195,6 @@ struct EncoderPlan {
   // (pass 1), running statistics (inference, evaluation).
   std::size_t pass1_peak = 0;
   std::size_t inference_peak = 0;
-  // Beside all of these, from the first step on: the backend's reordered weights
-  // for a training step (MemoryWalk::cached_weights).
-  std::size_t cached_weights = 0;
 };
 
 // `input` is [N, in_channels, H, W]. Throws bigtrain::Error when the input is too

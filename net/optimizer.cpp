@@ -87,7 +87,6 @@ void Optimizer::step() {
     for (Parameter* param : group.params) {
       if (!param->grad.defined()) continue;
       update(*param, state_[param->name], *group.lr, *group.weight_decay);
-      param->value.mark_written();
     }
   }
   ++steps_taken_;

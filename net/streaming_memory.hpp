@@ -14,7 +14,6 @@ struct StreamMemory {
   std::size_t tile_step = 0;    // the largest tile's forward (kept) + backward, its input included
   std::size_t feature_map = 0;  // the map; its gradient is as large
   std::size_t step_peak = 0;    // tile_step + the map + its gradient
-  std::size_t cached_weights = 0;  // beside it: the backend's reordered weights (EncoderPlan::cached_weights)
   double halo_overhead = 0.0;   // pixels read per forward over image pixels
 };
 

@@ -204,7 +204,6 @@ void Tensor::copy_from(const Tensor& source) {
       return;
     }
   }
-  mark_written();
   if (device().is_cpu() && source.device().is_cpu()) {
     std::memcpy(raw_data(), source.raw_data(), nbytes());
     return;
@@ -225,7 +224,6 @@ Tensor Tensor::to(Device target) const {
 
 void Tensor::fill(float value) {
   if (device().is_cpu() && dtype_ == DType::f32) {
-    mark_written();
     std::fill_n(data<float>(), numel(), value);
     return;
   }
@@ -237,7 +235,6 @@ void Tensor::fill(float value) {
 }
 
 void Tensor::zero() {
-  mark_written();
   if (device().is_cpu()) {
     std::memset(raw_data(), 0, nbytes());
     return;

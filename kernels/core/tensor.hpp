@@ -43,14 +43,9 @@ class Storage {
   // the handle made before an op wrote them) agrees on it.
   Layout layout() const { return layout_; }
   void set_layout(Layout layout) { layout_ = layout; }
-  // Counts writes declared by Tensor::mark_written, so a copy derived from these
-  // bytes (the CPU backend's reordered weights) knows when it went stale.
-  std::uint64_t version() const { return version_; }
-  void mark_written() { ++version_; }
 
  private:
   void* data_ = nullptr;
-  std::uint64_t version_ = 0;
   Layout layout_ = Layout::plain;
   std::size_t bytes_ = 0;
   Device device_;
@@ -85,16 +80,6 @@ class Tensor {
   float* f32() const;
 
   Layout layout() const { return storage_ ? storage_->layout() : Layout::plain; }
-  // Writers of parameters declare each write (copy_from, fill, zero and the
-  // optimizer do): the CPU backend keeps weights reordered for oneDNN between calls
-  // and reorders again only when the version moved (kernels/cpu/weight_cache.hpp).
-  // Code that writes a parameter through data() must call mark_written() after.
-  std::uint64_t version() const { return storage_ ? storage_->version() : 0; }
-  void mark_written() const {
-    if (storage_) storage_->mark_written();
-  }
-  // Identifies the bytes without keeping them alive (the weight cache's key).
-  std::weak_ptr<const Storage> storage_ref() const { return storage_; }
   // Declares the layout the bytes now hold (an op that wrote them). Blocked needs a
   // 4-D host float tensor spanning its whole storage, channels a multiple of the block.
   void set_layout(Layout layout);

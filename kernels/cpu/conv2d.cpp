@@ -179,9 +179,9 @@ class DnnlConv2d final : public Conv2d {
                      Tensor& y) override {
     if (spec_.epilogue.batch_norm) fold_batch_norm(epilogue);
     if (fwd_residual_ && epilogue.residual->layout() == residual_layout_) {
-      Tensor src_tmp, dst_tmp, scratch;
+      Tensor src_tmp, weights_tmp, dst_tmp, scratch;
       fwd_src_.bind_input(x, src_tmp);
-      fwd_weights_.bind_weights(weight);
+      fwd_weights_.bind_input(weight, weights_tmp);
       fwd_dst_.bind_output(y, dst_tmp);
       if (bias) fwd_bias_.set_data_handle(bias->raw_data());
       fwd_residual_input_.set_data_handle(epilogue.residual->raw_data());
@@ -197,9 +197,9 @@ class DnnlConv2d final : public Conv2d {
 
   void backward_data(const Tensor& dy, const Tensor& weight, Tensor& dx) override {
     if (!bwd_data_) build_explained("backward-data", [&] { build_backward_data(); });
-    Tensor diff_dst_tmp, diff_src_tmp, scratch;
+    Tensor diff_dst_tmp, weights_tmp, diff_src_tmp, scratch;
     bwd_data_diff_dst_.bind_input(dy, diff_dst_tmp);
-    bwd_data_weights_.bind_weights(weight);
+    bwd_data_weights_.bind_input(weight, weights_tmp);
     bwd_data_diff_src_.bind_output(dx, diff_src_tmp);
     bind_buffer(bwd_data_scratch_, bwd_data_pd_.scratchpad_desc().get_size(), scratch);
     bwd_data_->execute(stream(), bwd_data_args_);
@@ -233,9 +233,9 @@ class DnnlConv2d final : public Conv2d {
   }
 
   void run_forward(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y) {
-    Tensor src_tmp, dst_tmp, scratch;
+    Tensor src_tmp, weights_tmp, dst_tmp, scratch;
     fwd_src_.bind_input(x, src_tmp);
-    fwd_weights_.bind_weights(weight);
+    fwd_weights_.bind_input(weight, weights_tmp);
     fwd_dst_.bind_output(y, dst_tmp);
     if (bias) fwd_bias_.set_data_handle(bias->raw_data());
     bind_buffer(fwd_scratch_, fwd_pd_.scratchpad_desc().get_size(), scratch);

@@ -1,7 +1,6 @@
 #include "kernels/cpu/layout_bridge.hpp"
 
 #include "kernels/cpu/dnnl_context.hpp"
-#include "kernels/cpu/weight_cache.hpp"
 
 namespace bigtrain::kernels::cpu {
 
@@ -75,22 +74,6 @@ void LayoutBridge::bind_input(const Tensor& tensor, Tensor& temporary) {
   outer_for(layout).set_data_handle(tensor.raw_data());
   bind_buffer(inner_, bytes_, temporary);
   reorder.execute(stream(), outer_for(layout), inner_);
-}
-
-void LayoutBridge::bind_weights(const Tensor& tensor) {
-  const Layout layout = tensor.layout();
-  if (chosen_layout_ == layout) {
-    inner_.set_data_handle(tensor.raw_data());
-    return;
-  }
-  dnnl::reorder& reorder = reorder_for(layout);
-  void* kept = cached_weights(tensor, inner_.get_desc(), [&](void* target) {
-    outer_for(layout).set_data_handle(tensor.raw_data());
-    inner_.set_data_handle(target);
-    reorder.execute(stream(), outer_for(layout), inner_);
-    stream().wait();
-  });
-  inner_.set_data_handle(kept);
 }
 
 void LayoutBridge::bind_output(Tensor& tensor, Tensor& temporary) {

@@ -6,9 +6,9 @@
 // rounds to nearest-even, as kernels/reference/round_to_dtype does.
 //
 // Where this costs: activations are reordered only when their tensor's layout is
-// not the primitive's (blocked activations pass straight through); weights are
-// reordered once per version of their tensor (bind_weights, weight_cache.hpp).
-// Before either, measured on a 2-core AVX2 machine,
+// not the primitive's (blocked activations pass straight through), but the
+// weights are reordered at every call, although they only change at optimizer
+// steps (a weight cache would need a version counter on Tensor to be safe). Measured on a 2-core AVX2 machine,
 // batch 8, ResNet-18 shapes: ~5-7% over the same primitives on blocked memory for
 // 3x3 layers (weights included: 5% of the 512-channel layer), but 2x for the 1x1
 // stride-2 downsample, whose input reorder is 4x its output. PyTorch's NCHW path
@@ -56,9 +56,6 @@ class LayoutBridge {
   // Points the bridge at an input tensor for one call, reordering it right away
   // when its layout is not the primitive's.
   void bind_input(const Tensor& tensor, Tensor& temporary);
-  // The same for a weight: its reordered copy is kept between calls and remade
-  // only after the tensor was written (Tensor::mark_written).
-  void bind_weights(const Tensor& tensor);
   // Points the bridge at an output tensor for one call; finish_output() after the
   // primitive ran reorders (when needed) and records the tensor's layout.
   void bind_output(Tensor& tensor, Tensor& temporary);

@@ -61,7 +61,6 @@ void broadcast_state(Communicator& comm, const std::vector<net::StateRefs>& stat
       Tensor host = host_f32(value, name);
       comm.broadcast({static_cast<std::byte*>(host.raw_data()), host.nbytes()}, 0);
       store_back(value, host);
-      value.mark_written();  // on the CPU `host` is `value` itself, written by the broadcast
     };
     for (net::Parameter* p : refs.parameters) send(p->value, p->name);
     for (net::Buffer* b : refs.buffers) send(b->value, b->name);

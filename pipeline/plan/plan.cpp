@@ -75,15 +75,14 @@ Persistent persistent_memory(const PlanInputs& in, const std::vector<net::Layer*
   return p;
 }
 
-StepMemory finish(const Persistent& p, const MemoryTrace& trace, const MemoryWalk& walk) {
+StepMemory finish(const Persistent& p, const MemoryTrace& trace) {
   StepMemory m;
   m.parameters = p.parameters;
   m.gradients = p.gradients;
   m.optimizer_state = p.optimizer_state;
   m.workspace = p.workspace;
-  m.cached_weights = walk.cached_weights();
   m.activations = trace.peak();
-  m.peak = p.parameters + p.gradients + p.optimizer_state + p.workspace + m.cached_weights + trace.peak();
+  m.peak = p.parameters + p.gradients + p.optimizer_state + p.workspace + trace.peak();
   m.peak_phase = trace.peak_phase();
   return m;
 }
@@ -154,7 +153,7 @@ StepMemory step_memory(PlannedModel& model, const PlanInputs& in, std::int64_t t
       trace.set_prefix("vote ");
       const PlannedTensor tile_logits = walk.run_forward(model.head, h, net::ForwardContext::inference(in.backend));
     }
-    StepMemory m = finish(persistent, trace, walk);
+    StepMemory m = finish(persistent, trace);
     m.features = h.bytes();
     return m;
   }
@@ -177,7 +176,7 @@ StepMemory step_memory(PlannedModel& model, const PlanInputs& in, std::int64_t t
     const PlannedTensor f = walk.run_forward(model.encoder, x.front(), pass2);
     walk.run_backward(dh.view({batch, features}));
   }
-  StepMemory m = finish(persistent, trace, walk);
+  StepMemory m = finish(persistent, trace);
   m.features = h.bytes() + dh.bytes();
   return m;
 }
@@ -268,7 +267,7 @@ StepMemory whole_image_memory(PlannedModel& model, const PlanInputs& in, std::in
     const PlannedTensor dlogits = walk.allocate(logits.shape());
     walk.run_backward(walk.run_backward(dlogits));
   }
-  return finish(persistent, trace, walk);
+  return finish(persistent, trace);
 }
 
 }  // namespace
@@ -351,10 +350,9 @@ TrainingPlan plan_training(const PlanInputs& in, std::optional<std::size_t> memo
     m.gradients = persistent.gradients;
     m.optimizer_state = persistent.optimizer_state;
     m.workspace = persistent.workspace;
-    m.cached_weights = f.memory.cached_weights;
     m.activations = f.memory.step_peak;
     m.features = 2 * f.memory.feature_map;
-    m.peak = m.parameters + m.gradients + m.optimizer_state + m.workspace + m.cached_weights + m.activations;
+    m.peak = m.parameters + m.gradients + m.optimizer_state + m.workspace + m.activations;
     m.peak_phase = "a streaming tile's backward (the largest tile)";
     plan.step = m;
     plan.tiles = f.tiles;
@@ -411,7 +409,6 @@ nlohmann::json memory_json(const StepMemory& m) {
           {"gradients_bytes", m.gradients},
           {"optimizer_state_bytes", m.optimizer_state},
           {"workspace_bytes", m.workspace},
-          {"cached_weights_bytes", m.cached_weights},
           {"activations_bytes", m.activations},
           {"kept_activations_bytes", m.kept_activations},
           {"features_bytes", m.features}};
@@ -534,7 +531,6 @@ std::string format_plan(const TrainingPlan& plan) {
     line("  gradients                      {:>11}", format_bytes(m.gradients));
     line("  {:<31}{:>11}", fmt::format("optimizer state ({})", choice_name(in.optimizer)), format_bytes(m.optimizer_state));
     if (m.workspace) line("  cuDNN workspace (limit)        {:>11}", format_bytes(m.workspace));
-    if (m.cached_weights) line("  weights reordered for oneDNN   {:>11}", format_bytes(m.cached_weights));
     line("  activations at the peak        {:>11}  (kept for backward: {}; tile features and gradients: {})",
          format_bytes(m.activations), format_bytes(m.kept_activations), format_bytes(m.features));
     line("  peak reached at: {}", m.peak_phase);

@@ -69,7 +69,6 @@ struct StepMemory {
   std::size_t gradients = 0;        // one per parameter (zeroed by the optimizer before the step)
   std::size_t optimizer_state = 0;  // AdamW: exp_avg + exp_avg_sq; SGD: momentum buffer
   std::size_t workspace = 0;        // CUDA: the shared cuDNN workspace (its limit, an upper bound)
-  std::size_t cached_weights = 0;   // CPU: convolution weights kept reordered for oneDNN (forward, backward-data)
   std::size_t activations = 0;      // the rest at the peak: input batches, kept activations, their
                                     // gradients, kernel temporaries, tile features H and dL/dH
   std::size_t peak = 0;             // the sum

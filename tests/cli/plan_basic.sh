@@ -29,11 +29,10 @@ p = json.load(open(sys.argv[1]))
 step, image, budget = p["step_memory"], p["image"], p["budget"]
 assert p["model"]["preset"] == "resnet50" and p["backend"] == "cpu", p["model"]
 assert p["tiles"] == 121 and image["grid"] == {"cols": 11, "rows": 11}, image["grid"]
-parts = sum(step[k] for k in ("parameters_bytes", "gradients_bytes", "optimizer_state_bytes", "workspace_bytes", "cached_weights_bytes", "activations_bytes"))
+parts = sum(step[k] for k in ("parameters_bytes", "gradients_bytes", "optimizer_state_bytes", "workspace_bytes", "activations_bytes"))
 assert parts == step["peak_bytes"], (parts, step["peak_bytes"])
 whole = image["whole_image_memory"]["peak_bytes"]
-# 3x: both count the same persistent memory (parameters, optimizer state, reordered weights)
-assert whole > 3 * step["peak_bytes"], (whole, step["peak_bytes"])
+assert whole > 4 * step["peak_bytes"], (whole, step["peak_bytes"])
 assert image["flops"]["tiled_total"] > image["flops"]["whole_image"]
 assert budget["bytes"] == 2 << 30 and budget["max_tile_batch"] >= 1
 assert budget["fits"] == (step["peak_bytes"] <= budget["bytes"])

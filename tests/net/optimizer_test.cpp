@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "kernels/core/error.hpp"
-#include "net/conv2d.hpp"
 #include "net/optimizer.hpp"
 #include "tests/net/optimizer_torch_oracle.hpp"
 #include "tests/support/op_check.hpp"
@@ -362,35 +361,6 @@ TEST(Optimizer, SplitDecayGroupsExemptsBiasesAndNormWeights) {
   EXPECT_EQ(*sgd.param_groups()[0].weight_decay, 0.5);
   EXPECT_EQ(sgd.param_groups()[1].params, (std::vector<Parameter*>{params[1], params[3]}));
   EXPECT_EQ(*sgd.param_groups()[1].weight_decay, 0.0);
-}
-
-}  // namespace
-}  // namespace bigtrain::net
-
-namespace bigtrain::net {
-namespace {
-
-// The CPU backend keeps convolution weights reordered between calls until they are
-// written (kernels/cpu/weight_cache.hpp): after each optimizer step, a forward must
-// use the stepped weights, as the reference backend (which keeps nothing) does.
-TEST(OptimizerWeightVersions, TheNextCpuForwardSeesEachStep) {
-  Conv2d conv("conv", Conv2dOptions::square(16, 32, 3, 1, 1, true), 7);
-  OptimizerConfig config;
-  config.kind = OptimizerKind::sgd;
-  config.lr = 0.5;
-  auto optimizer = make_optimizer(config, conv.parameters(), Backend::cpu);
-  const Tensor x = testing::random_tensor({2, 16, 9, 9}, 1);
-  for (int step = 0; step < 3; ++step) {
-    ForwardContext train = ForwardContext::train(Backend::cpu);
-    train.keep_activations = true;
-    optimizer->zero_grad();
-    const Tensor y = conv.forward(x, train);
-    conv.backward(testing::random_tensor(y.shape(), 10 + step));
-    optimizer->step();
-    const Tensor cpu = conv.forward(x, ForwardContext::inference(Backend::cpu)).to_plain();
-    const Tensor reference = conv.forward(x, ForwardContext::inference(Backend::reference));
-    testing::expect_close(cpu, reference, {1e-4, 1e-5}, "forward after step " + std::to_string(step + 1));
-  }
 }
 
 }  // namespace
