@@ -79,6 +79,17 @@ class CheckedConv2d final : public Conv2d {
     expect_bias(dbias, "dbias");
     impl_->backward_weights(x, dy, dweight, dbias);
   }
+  void backward(const Tensor& x, const Tensor& dy, const Tensor& weight, Tensor* dx, Tensor& dweight,
+                Tensor* dbias) override {
+    expect_unfused("backward");
+    expect(x, spec_.input_shape(), "x");
+    expect(dy, spec_.output_shape(), "dy");
+    expect(weight, spec_.weight_shape(), "weight");
+    if (dx) expect(*dx, spec_.input_shape(), "dx");
+    expect(dweight, spec_.weight_shape(), "dweight");
+    expect_bias(dbias, "dbias");
+    impl_->backward(x, dy, weight, dx, dweight, dbias);
+  }
 
  private:
   void expect(const Tensor& t, const Shape& shape, const char* name) const {

@@ -76,6 +76,15 @@ class Conv2d {
   virtual void backward_data(const Tensor& dy, const Tensor& weight, Tensor& dx) = 0;
   // Overwrites dweight (and dbias when given); callers accumulate across batches.
   virtual void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dweight, Tensor* dbias) = 0;
+  // Both backward passes of one batch (backward-data skipped when dx is null), with
+  // the results of the two calls above. A backend that converts dy for its
+  // primitives (bf16 operands, another layout) converts it once for both: for
+  // ResNet-50 in bf16 that conversion is a quarter of the activations' reorders.
+  virtual void backward(const Tensor& x, const Tensor& dy, const Tensor& weight, Tensor* dx, Tensor& dweight,
+                        Tensor* dbias) {
+    if (dx) backward_data(dy, weight, *dx);
+    backward_weights(x, dy, dweight, dbias);
+  }
 };
 
 std::unique_ptr<Conv2d> make_conv2d(Backend backend, const Conv2dSpec& spec);

@@ -97,14 +97,11 @@ Tensor Conv2d::backward(const Tensor& dy) {
   kernels::Conv2d& conv = op(saved.backend, saved.spec);
   const Device device = backend_device(saved.backend);
   Tensor dx;
-  if (input_grad_) {
-    dx = Tensor::empty(saved.spec.input_shape(), DType::f32, device);
-    conv.backward_data(dy, weight_.value, dx);
-  }
+  if (input_grad_) dx = Tensor::empty(saved.spec.input_shape(), DType::f32, device);
   Tensor dweight = Tensor::empty(weight_.value.shape(), DType::f32, device);
   Tensor dbias;
   if (options_.bias) dbias = Tensor::empty(bias_.value.shape(), DType::f32, device);
-  conv.backward_weights(saved.x, dy, dweight, options_.bias ? &dbias : nullptr);
+  conv.backward(saved.x, dy, weight_.value, input_grad_ ? &dx : nullptr, dweight, options_.bias ? &dbias : nullptr);
   weight_.accumulate_grad(saved.backend, std::move(dweight));
   if (options_.bias) bias_.accumulate_grad(saved.backend, std::move(dbias));
   return dx;
@@ -121,7 +118,8 @@ LayerFootprint Conv2d::describe(const Shape& input, const PlanContext& ctx) cons
            "conv `{}`: input {} is smaller than the {}x{} kernel", name(), shape_str(input), spec.kernel_h,
            spec.kernel_w);
   const ConvScratch scratch = conv2d_scratch(spec, ctx.kernels);
-  // Fresh parameter gradients, added into the accumulated ones before backward returns.
+  // Fresh parameter gradients, added into the accumulated ones before backward
+  // returns; allocated before both passes, since one call runs them.
   const std::size_t parameter_grads =
       allocation_bytes(spec.weight_shape()) + (options_.bias ? allocation_bytes({options_.out_channels}) : 0);
   const double flops = 2.0 * static_cast<double>(spec.batch * spec.out_channels * spec.out_h() * spec.out_w()) *
@@ -132,7 +130,7 @@ LayerFootprint Conv2d::describe(const Shape& input, const PlanContext& ctx) cons
   fp.keeps_input = true;
   fp.forward_scratch = scratch.forward;
   fp.input_gradient = input_grad_ ? LayerFootprint::InputGradient::allocated : LayerFootprint::InputGradient::none;
-  fp.backward_scratch = std::max(input_grad_ ? scratch.backward_data : 0, parameter_grads + scratch.backward_weights);
+  fp.backward_scratch = parameter_grads + std::max(input_grad_ ? scratch.backward_data : 0, scratch.backward_weights);
   fp.forward_flops = flops;
   fp.backward_flops = flops * (input_grad_ ? 2.0 : 1.0);
   return fp;

@@ -196,29 +196,37 @@ class DnnlConv2d final : public Conv2d {
   }
 
   void backward_data(const Tensor& dy, const Tensor& weight, Tensor& dx) override {
-    if (!bwd_data_) build_explained("backward-data", [&] { build_backward_data(); });
-    Tensor diff_dst_tmp, weights_tmp, diff_src_tmp, scratch;
+    ensure_backward_data();
+    Tensor diff_dst_tmp;
     bwd_data_diff_dst_.bind_input(dy, diff_dst_tmp);
-    bwd_data_weights_.bind_input(weight, weights_tmp);
-    bwd_data_diff_src_.bind_output(dx, diff_src_tmp);
-    bind_buffer(bwd_data_scratch_, bwd_data_pd_.scratchpad_desc().get_size(), scratch);
-    bwd_data_->execute(stream(), bwd_data_args_);
-    bwd_data_diff_src_.finish_output(dx);
-    stream().wait();
+    run_backward_data(weight, dx);
   }
 
   void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dweight, Tensor* dbias) override {
-    if (!bwd_weights_) build_explained("backward-weights", [&] { build_backward_weights(); });
-    Tensor src_tmp, diff_dst_tmp, diff_weights_tmp, scratch;
-    bwd_weights_src_.bind_input(x, src_tmp);
+    ensure_backward_weights();
+    Tensor diff_dst_tmp;
     bwd_weights_diff_dst_.bind_input(dy, diff_dst_tmp);
-    bwd_weights_diff_weights_.bind_output(dweight, diff_weights_tmp);
-    if (dbias) bwd_weights_diff_bias_.set_data_handle(dbias->raw_data());
-    bind_buffer(bwd_weights_scratch_, bwd_weights_pd_.scratchpad_desc().get_size(), scratch);
-    bwd_weights_->execute(stream(), bwd_weights_args_);
-    bwd_weights_diff_weights_.finish_output(dweight);
-    stream().wait();
-    if (dbias && bias_gradient_) bias_gradient_->compute(dy.to_plain(), *dbias);
+    run_backward_weights(x, dy, dweight, dbias);
+  }
+
+  // dy converted once when both primitives read it in the same layout and type
+  // (bf16 operands, or plain activations into blocked primitives). Its temporary
+  // then lives through the weight pass, in place of the one that pass would make.
+  void backward(const Tensor& x, const Tensor& dy, const Tensor& weight, Tensor* dx, Tensor& dweight,
+                Tensor* dbias) override {
+    if (!dx) return backward_weights(x, dy, dweight, dbias);
+    ensure_backward_data();
+    ensure_backward_weights();
+    Tensor diff_dst_tmp, weights_diff_dst_tmp;
+    bwd_data_diff_dst_.bind_input(dy, diff_dst_tmp);
+    run_backward_data(weight, *dx);
+    if (bwd_data_pd_.diff_dst_desc() == bwd_weights_pd_.diff_dst_desc()) {
+      bwd_weights_diff_dst_.bind_same_as(bwd_data_diff_dst_);
+    } else {
+      diff_dst_tmp = Tensor();  // e.g. a narrow stem's weight pass reads dy in nhwc
+      bwd_weights_diff_dst_.bind_input(dy, weights_diff_dst_tmp);
+    }
+    run_backward_weights(x, dy, dweight, dbias);
   }
 
  private:
@@ -230,6 +238,36 @@ class DnnlConv2d final : public Conv2d {
       throw Error(fmt::format("conv2d (cpu): oneDNN cannot build the {} primitive for input {} weight {}: {}", pass,
                               shape_str(spec_.input_shape()), shape_str(spec_.weight_shape()), e.what()));
     }
+  }
+
+  void ensure_backward_data() {
+    if (!bwd_data_) build_explained("backward-data", [&] { build_backward_data(); });
+  }
+  void ensure_backward_weights() {
+    if (!bwd_weights_) build_explained("backward-weights", [&] { build_backward_weights(); });
+  }
+
+  // With dy already bound to the primitive's diff_dst.
+  void run_backward_data(const Tensor& weight, Tensor& dx) {
+    Tensor weights_tmp, diff_src_tmp, scratch;
+    bwd_data_weights_.bind_input(weight, weights_tmp);
+    bwd_data_diff_src_.bind_output(dx, diff_src_tmp);
+    bind_buffer(bwd_data_scratch_, bwd_data_pd_.scratchpad_desc().get_size(), scratch);
+    bwd_data_->execute(stream(), bwd_data_args_);
+    bwd_data_diff_src_.finish_output(dx);
+    stream().wait();
+  }
+
+  void run_backward_weights(const Tensor& x, const Tensor& dy, Tensor& dweight, Tensor* dbias) {
+    Tensor src_tmp, diff_weights_tmp, scratch;
+    bwd_weights_src_.bind_input(x, src_tmp);
+    bwd_weights_diff_weights_.bind_output(dweight, diff_weights_tmp);
+    if (dbias) bwd_weights_diff_bias_.set_data_handle(dbias->raw_data());
+    bind_buffer(bwd_weights_scratch_, bwd_weights_pd_.scratchpad_desc().get_size(), scratch);
+    bwd_weights_->execute(stream(), bwd_weights_args_);
+    bwd_weights_diff_weights_.finish_output(dweight);
+    stream().wait();
+    if (dbias && bias_gradient_) bias_gradient_->compute(dy.to_plain(), *dbias);
   }
 
   void run_forward(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y) {

@@ -76,6 +76,10 @@ void LayoutBridge::bind_input(const Tensor& tensor, Tensor& temporary) {
   reorder.execute(stream(), outer_for(layout), inner_);
 }
 
+void LayoutBridge::bind_same_as(const LayoutBridge& other) {
+  inner_.set_data_handle(other.inner_.get_data_handle());
+}
+
 void LayoutBridge::bind_output(Tensor& tensor, Tensor& temporary) {
   const bool may_block = blocked_output_ && chosen_layout_ && *chosen_layout_ != Layout::plain;
   output_layout_ = writable_layout(tensor, may_block ? *chosen_layout_ : Layout::plain);

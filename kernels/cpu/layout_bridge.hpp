@@ -59,6 +59,10 @@ class LayoutBridge {
   // Points the bridge at an output tensor for one call; finish_output() after the
   // primitive ran reorders (when needed) and records the tensor's layout.
   void bind_output(Tensor& tensor, Tensor& temporary);
+  // Points an input bridge at the memory `other` (same chosen descriptor) holds for
+  // this call: one conversion read by two primitives. `other`'s temporary must
+  // outlive both.
+  void bind_same_as(const LayoutBridge& other);
   void finish_output(Tensor& tensor);
 
  private:

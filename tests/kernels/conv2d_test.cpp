@@ -11,6 +11,7 @@
 #include "kernels/conv2d.hpp"
 #include "kernels/core/error.hpp"
 #include "kernels/reference/conv2d.hpp"
+#include "tests/support/compute_type.hpp"
 #include "tests/support/op_check.hpp"
 
 namespace bigtrain::kernels {
@@ -203,6 +204,54 @@ TEST_P(Conv2dHostDeterminism, FreshObjectsReproduceOutputsBitwise) {
 
 INSTANTIATE_TEST_SUITE_P(HostBackends, Conv2dHostDeterminism, ::testing::Values(Backend::reference, Backend::cpu),
                          backend_param_name);
+
+// Conv2d::backward runs both passes in one call so that a backend converts dy once
+// for both (the CPU in bf16, or with dy in another layout than its primitives'):
+// its results must be those of the two separate calls, bit for bit, whether dy is
+// shared (wide layers) or each pass converts its own (the narrow stem's weight pass
+// reads nhwc), and with backward-data skipped.
+class Conv2dCombinedBackward : public ::testing::TestWithParam<std::tuple<Backend, DType>> {};
+
+TEST_P(Conv2dCombinedBackward, EqualsTheTwoPassesBitwise) {
+  const auto [backend, dtype] = GetParam();
+  BT_SKIP_UNLESS_COMPUTES(backend, dtype);
+  for (const char* name : {"wide32_k3", "k1_stride2_downsample", "groups2_bias", "stem_k7_stride2_pad3"}) {
+    const ConvCase& c = *std::find_if(cases().begin(), cases().end(), [&](const ConvCase& k) { return k.name == name; });
+    for (const Layout layout : {Layout::plain, Layout::blocked16}) {
+      Conv2dSpec s = c.spec;
+      if (layout != Layout::plain && (backend != Backend::cpu || s.in_channels % 16 || s.out_channels % 16)) continue;
+      SCOPED_TRACE(fmt::format("{} {}", c.name, layout == Layout::plain ? "plain" : "nChw16c"));
+      s.compute_dtype = dtype;
+      s.blocked_outputs = layout != Layout::plain;
+      auto op = make_conv2d(backend, s);
+      const Tensor x = on_backend(random_tensor(s.input_shape(), 1).to_layout(layout), backend),
+                   w = on_backend(random_tensor(s.weight_shape(), 2), backend),
+                   dy = on_backend(random_tensor(s.output_shape(), 4).to_layout(layout), backend);
+      Tensor* no_bias = nullptr;
+      Tensor dx_apart = nan_tensor(s.input_shape(), backend), dw_apart = nan_tensor(s.weight_shape(), backend),
+             db_apart = nan_tensor({s.out_channels}, backend);
+      op->backward_data(dy, w, dx_apart);
+      op->backward_weights(x, dy, dw_apart, s.bias ? &db_apart : no_bias);
+      Tensor dx = nan_tensor(s.input_shape(), backend), dw = nan_tensor(s.weight_shape(), backend),
+             db = nan_tensor({s.out_channels}, backend);
+      op->backward(x, dy, w, &dx, dw, s.bias ? &db : no_bias);
+      EXPECT_EQ(dx.to_vector(), dx_apart.to_vector()) << "dx";
+      EXPECT_EQ(dw.to_vector(), dw_apart.to_vector()) << "dweight";
+      if (s.bias) EXPECT_EQ(db.to_vector(), db_apart.to_vector()) << "dbias";
+      Tensor dw_only = nan_tensor(s.weight_shape(), backend);
+      op->backward(x, dy, w, nullptr, dw_only, s.bias ? &db : no_bias);
+      EXPECT_EQ(dw_only.to_vector(), dw_apart.to_vector()) << "dweight without dx";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, Conv2dCombinedBackward,
+                         ::testing::Combine(::testing::ValuesIn(all_backends()),
+                                            ::testing::Values(DType::f32, DType::bf16)),
+                         [](const ::testing::TestParamInfo<std::tuple<Backend, DType>>& info) {
+                           return std::string(backend_name(std::get<0>(info.param))) + "_" +
+                                  dtype_name(std::get<1>(info.param));
+                         });
 
 class Conv2dErrors : public ::testing::TestWithParam<Backend> {};
 
