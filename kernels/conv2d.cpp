@@ -3,6 +3,7 @@
 #include "kernels/backend_table.hpp"
 #include "kernels/core/error.hpp"
 #include "kernels/core/tensor_checks.hpp"
+#include "kernels/elementwise.hpp"
 
 namespace bigtrain::kernels {
 
@@ -79,8 +80,8 @@ class CheckedConv2d final : public Conv2d {
     expect_bias(dbias, "dbias");
     impl_->backward_weights(x, dy, dweight, dbias);
   }
-  void backward(const Tensor& x, const Tensor& dy, const Tensor& weight, Tensor* dx, Tensor& dweight,
-                Tensor* dbias) override {
+  void backward(const Tensor& x, const Tensor& dy, const Tensor& weight, Tensor* dx, Tensor& dweight, Tensor* dbias,
+                bool accumulate) override {
     expect_unfused("backward");
     expect(x, spec_.input_shape(), "x");
     expect(dy, spec_.output_shape(), "dy");
@@ -88,8 +89,14 @@ class CheckedConv2d final : public Conv2d {
     if (dx) expect(*dx, spec_.input_shape(), "dx");
     expect(dweight, spec_.weight_shape(), "dweight");
     expect_bias(dbias, "dbias");
-    impl_->backward(x, dy, weight, dx, dweight, dbias);
+    if (!accumulate || impl_->adds_weight_gradients()) return impl_->backward(x, dy, weight, dx, dweight, dbias, accumulate);
+    Tensor fresh_weight = Tensor::empty(dweight.shape(), DType::f32, dweight.device()), fresh_bias;
+    if (dbias) fresh_bias = Tensor::empty(dbias->shape(), DType::f32, dbias->device());
+    impl_->backward(x, dy, weight, dx, fresh_weight, dbias ? &fresh_bias : nullptr, false);
+    axpy(backend_, 1.0f, fresh_weight, dweight);
+    if (dbias) axpy(backend_, 1.0f, fresh_bias, *dbias);
   }
+  bool adds_weight_gradients() const override { return true; }  // here or in the backend
 
  private:
   void expect(const Tensor& t, const Shape& shape, const char* name) const {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "kernels/core/error.hpp"
 #include "kernels/core/tensor.hpp"
 
 namespace bigtrain::kernels {
@@ -80,11 +81,19 @@ class Conv2d {
   // the results of the two calls above. A backend that converts dy for its
   // primitives (bf16 operands, another layout) converts it once for both: for
   // ResNet-50 in bf16 that conversion is a quarter of the activations' reorders.
+  // With `accumulate`, dweight and dbias receive the gradient added to what they
+  // hold (a parameter's .grad summed over tile batches), through
+  // adds_weight_gradients() where the backend can, else through a temporary and axpy.
   virtual void backward(const Tensor& x, const Tensor& dy, const Tensor& weight, Tensor* dx, Tensor& dweight,
-                        Tensor* dbias) {
+                        Tensor* dbias, bool accumulate = false) {
+    BT_CHECK(!accumulate, "conv2d: this backend does not add weight gradients itself");
     if (dx) backward_data(dy, weight, *dx);
     backward_weights(x, dy, dweight, dbias);
   }
+  // Whether backward(..., accumulate = true) adds in place: the CPU adds while
+  // reordering the gradient out of its primitive's layout, so the sum costs no pass
+  // over the weights of its own and no temporary of their size.
+  virtual bool adds_weight_gradients() const { return false; }
 };
 
 std::unique_ptr<Conv2d> make_conv2d(Backend backend, const Conv2dSpec& spec);

@@ -98,6 +98,13 @@ Tensor Conv2d::backward(const Tensor& dy) {
   const Device device = backend_device(saved.backend);
   Tensor dx;
   if (input_grad_) dx = Tensor::empty(saved.spec.input_shape(), DType::f32, device);
+  // After the optimizer's zero_grad the gradients exist: the weight pass adds into
+  // them (on the CPU while reordering out of oneDNN's layout), with no fresh tensor.
+  if (weight_.grad.defined() && (!options_.bias || bias_.grad.defined())) {
+    conv.backward(saved.x, dy, weight_.value, input_grad_ ? &dx : nullptr, weight_.grad,
+                  options_.bias ? &bias_.grad : nullptr, /*accumulate=*/true);
+    return dx;
+  }
   Tensor dweight = Tensor::empty(weight_.value.shape(), DType::f32, device);
   Tensor dbias;
   if (options_.bias) dbias = Tensor::empty(bias_.value.shape(), DType::f32, device);
@@ -118,10 +125,14 @@ LayerFootprint Conv2d::describe(const Shape& input, const PlanContext& ctx) cons
            "conv `{}`: input {} is smaller than the {}x{} kernel", name(), shape_str(input), spec.kernel_h,
            spec.kernel_w);
   const ConvScratch scratch = conv2d_scratch(spec, ctx.kernels);
-  // Fresh parameter gradients, added into the accumulated ones before backward
-  // returns; allocated before both passes, since one call runs them.
-  const std::size_t parameter_grads =
-      allocation_bytes(spec.weight_shape()) + (options_.bias ? allocation_bytes({options_.out_channels}) : 0);
+  // Training adds into gradients that zero_grad created. The CPU adds the weight's
+  // while reordering it out of oneDNN's layout (only the bias goes through a fresh
+  // tensor, in the weight pass); other backends compute fresh gradients, allocated
+  // before both passes, and add them after.
+  const std::size_t bias_grad = options_.bias ? allocation_bytes({options_.out_channels}) : 0;
+  const bool adds_in_place = ctx.kernels.backend == Backend::cpu;
+  const std::size_t fresh_grads = adds_in_place ? 0 : allocation_bytes(spec.weight_shape()) + bias_grad;
+  const std::size_t weight_pass = scratch.backward_weights + (adds_in_place ? bias_grad : 0);
   const double flops = 2.0 * static_cast<double>(spec.batch * spec.out_channels * spec.out_h() * spec.out_w()) *
                        static_cast<double>(spec.in_channels / spec.groups * spec.kernel_h * spec.kernel_w);
   LayerFootprint fp;
@@ -130,7 +141,7 @@ LayerFootprint Conv2d::describe(const Shape& input, const PlanContext& ctx) cons
   fp.keeps_input = true;
   fp.forward_scratch = scratch.forward;
   fp.input_gradient = input_grad_ ? LayerFootprint::InputGradient::allocated : LayerFootprint::InputGradient::none;
-  fp.backward_scratch = parameter_grads + std::max(input_grad_ ? scratch.backward_data : 0, scratch.backward_weights);
+  fp.backward_scratch = fresh_grads + std::max(input_grad_ ? scratch.backward_data : 0, weight_pass);
   fp.forward_flops = flops;
   fp.backward_flops = flops * (input_grad_ ? 2.0 : 1.0);
   return fp;

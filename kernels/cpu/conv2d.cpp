@@ -212,22 +212,24 @@ class DnnlConv2d final : public Conv2d {
   // dy converted once when both primitives read it in the same layout and type
   // (bf16 operands, or plain activations into blocked primitives). Its temporary
   // then lives through the weight pass, in place of the one that pass would make.
-  void backward(const Tensor& x, const Tensor& dy, const Tensor& weight, Tensor* dx, Tensor& dweight,
-                Tensor* dbias) override {
-    if (!dx) return backward_weights(x, dy, dweight, dbias);
-    ensure_backward_data();
+  void backward(const Tensor& x, const Tensor& dy, const Tensor& weight, Tensor* dx, Tensor& dweight, Tensor* dbias,
+                bool accumulate) override {
     ensure_backward_weights();
     Tensor diff_dst_tmp, weights_diff_dst_tmp;
-    bwd_data_diff_dst_.bind_input(dy, diff_dst_tmp);
-    run_backward_data(weight, *dx);
-    if (bwd_data_pd_.diff_dst_desc() == bwd_weights_pd_.diff_dst_desc()) {
+    if (dx) {
+      ensure_backward_data();
+      bwd_data_diff_dst_.bind_input(dy, diff_dst_tmp);
+      run_backward_data(weight, *dx);
+    }
+    if (dx && bwd_data_pd_.diff_dst_desc() == bwd_weights_pd_.diff_dst_desc()) {
       bwd_weights_diff_dst_.bind_same_as(bwd_data_diff_dst_);
     } else {
       diff_dst_tmp = Tensor();  // e.g. a narrow stem's weight pass reads dy in nhwc
       bwd_weights_diff_dst_.bind_input(dy, weights_diff_dst_tmp);
     }
-    run_backward_weights(x, dy, dweight, dbias);
+    run_backward_weights(x, dy, dweight, dbias, accumulate);
   }
+  bool adds_weight_gradients() const override { return true; }
 
  private:
   template <typename Build>
@@ -258,16 +260,30 @@ class DnnlConv2d final : public Conv2d {
     stream().wait();
   }
 
-  void run_backward_weights(const Tensor& x, const Tensor& dy, Tensor& dweight, Tensor* dbias) {
-    Tensor src_tmp, diff_weights_tmp, scratch;
+  void run_backward_weights(const Tensor& x, const Tensor& dy, Tensor& dweight, Tensor* dbias,
+                            bool accumulate = false) {
+    Tensor src_tmp, diff_weights_tmp, scratch, fresh_bias;
     bwd_weights_src_.bind_input(x, src_tmp);
-    bwd_weights_diff_weights_.bind_output(dweight, diff_weights_tmp);
-    if (dbias) bwd_weights_diff_bias_.set_data_handle(dbias->raw_data());
+    if (accumulate)
+      bwd_weights_diff_weights_.bind_accumulating_output(dweight, diff_weights_tmp);
+    else
+      bwd_weights_diff_weights_.bind_output(dweight, diff_weights_tmp);
+    Tensor* bias_out = dbias;
+    if (dbias && accumulate) bias_out = &(fresh_bias = Tensor::empty(dbias->shape()));
+    if (bias_out) bwd_weights_diff_bias_.set_data_handle(bias_out->raw_data());
     bind_buffer(bwd_weights_scratch_, bwd_weights_pd_.scratchpad_desc().get_size(), scratch);
     bwd_weights_->execute(stream(), bwd_weights_args_);
-    bwd_weights_diff_weights_.finish_output(dweight);
+    if (accumulate)
+      bwd_weights_diff_weights_.finish_accumulating_output();
+    else
+      bwd_weights_diff_weights_.finish_output(dweight);
     stream().wait();
-    if (dbias && bias_gradient_) bias_gradient_->compute(dy.to_plain(), *dbias);
+    if (bias_out && bias_gradient_) bias_gradient_->compute(dy.to_plain(), *bias_out);
+    if (dbias && accumulate) {
+      float* sum = dbias->data<float>();
+      const float* addend = fresh_bias.data<float>();
+      for (std::int64_t c = 0; c < dbias->numel(); ++c) sum[c] += addend[c];
+    }
   }
 
   void run_forward(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y) {

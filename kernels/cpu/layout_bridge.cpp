@@ -1,5 +1,6 @@
 #include "kernels/cpu/layout_bridge.hpp"
 
+#include "kernels/core/error.hpp"
 #include "kernels/cpu/dnnl_context.hpp"
 
 namespace bigtrain::kernels::cpu {
@@ -52,6 +53,7 @@ void LayoutBridge::init(const memory::desc& plain, const memory::desc& chosen, R
   }
   inner_ = memory(chosen, engine(), DNNL_MEMORY_NONE);
   for (auto& reorder : reorders_) reorder.reset();
+  accumulating_reorder_.reset();
 }
 
 dnnl::reorder& LayoutBridge::reorder_for(Layout layout) {
@@ -97,5 +99,25 @@ void LayoutBridge::finish_output(Tensor& tensor) {
   if (!direct_) reorder_for(output_layout_).execute(stream(), inner_, outer_for(output_layout_));
   tensor.set_layout(output_layout_);
 }
+
+}  // namespace bigtrain::kernels::cpu
+
+namespace bigtrain::kernels::cpu {
+
+void LayoutBridge::bind_accumulating_output(Tensor& tensor, Tensor& temporary) {
+  BT_CHECK(tensor.layout() == Layout::plain, "an accumulated output must be plain, not {}", layout_name(tensor.layout()));
+  if (!accumulating_reorder_) {
+    dnnl::post_ops sum;
+    sum.append_sum(1.0f);
+    dnnl::primitive_attr attr;
+    attr.set_post_ops(sum);
+    accumulated_ = memory(plain_desc_, engine(), DNNL_MEMORY_NONE);
+    accumulating_reorder_.emplace(dnnl::reorder::primitive_desc(inner_, accumulated_, attr));
+  }
+  accumulated_.set_data_handle(tensor.raw_data());
+  bind_buffer(inner_, bytes_, temporary);
+}
+
+void LayoutBridge::finish_accumulating_output() { accumulating_reorder_->execute(stream(), inner_, accumulated_); }
 
 }  // namespace bigtrain::kernels::cpu

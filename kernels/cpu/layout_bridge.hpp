@@ -64,6 +64,11 @@ class LayoutBridge {
   // outlive both.
   void bind_same_as(const LayoutBridge& other);
   void finish_output(Tensor& tensor);
+  // For a plain output that receives the result added to what it holds: the
+  // primitive writes a temporary, finish_accumulating_output() adds it in while
+  // reordering (a reorder with a sum post-op), one pass over the tensor.
+  void bind_accumulating_output(Tensor& tensor, Tensor& temporary);
+  void finish_accumulating_output();
 
  private:
   // The reorder between the primitive's memory and a tensor in `layout`, built on first use.
@@ -79,6 +84,8 @@ class LayoutBridge {
   dnnl::memory inner_;
   std::array<dnnl::memory, 3> outer_;
   std::array<std::optional<dnnl::reorder>, 3> reorders_;
+  dnnl::memory accumulated_;
+  std::optional<dnnl::reorder> accumulating_reorder_;
   std::size_t bytes_ = 0;
   bool direct_ = true;       // this call's tensor is the primitive's memory
   Layout output_layout_ = Layout::plain;

@@ -209,7 +209,8 @@ INSTANTIATE_TEST_SUITE_P(HostBackends, Conv2dHostDeterminism, ::testing::Values(
 // for both (the CPU in bf16, or with dy in another layout than its primitives'):
 // its results must be those of the two separate calls, bit for bit, whether dy is
 // shared (wide layers) or each pass converts its own (the narrow stem's weight pass
-// reads nhwc), and with backward-data skipped.
+// reads nhwc), with backward-data skipped, and when it adds into the gradients
+// (in the CPU's reorder, elsewhere through the dispatcher's axpy).
 class Conv2dCombinedBackward : public ::testing::TestWithParam<std::tuple<Backend, DType>> {};
 
 TEST_P(Conv2dCombinedBackward, EqualsTheTwoPassesBitwise) {
@@ -241,6 +242,25 @@ TEST_P(Conv2dCombinedBackward, EqualsTheTwoPassesBitwise) {
       Tensor dw_only = nan_tensor(s.weight_shape(), backend);
       op->backward(x, dy, w, nullptr, dw_only, s.bias ? &db : no_bias);
       EXPECT_EQ(dw_only.to_vector(), dw_apart.to_vector()) << "dweight without dx";
+
+      // Accumulating: what the gradients held plus the fresh ones, one float32 add
+      // each (as axpy with alpha 1 rounds it), with or without dx.
+      const Tensor w_held = random_tensor(s.weight_shape(), 5), b_held = random_tensor({s.out_channels}, 6);
+      auto sum = [](const Tensor& held, const Tensor& fresh) {
+        std::vector<float> expected = held.to_vector();
+        const std::vector<float> added = fresh.to_vector();
+        for (std::size_t i = 0; i < expected.size(); ++i) expected[i] += added[i];
+        return expected;
+      };
+      for (const bool with_dx : {true, false}) {
+        SCOPED_TRACE(with_dx ? "accumulating, with dx" : "accumulating, without dx");
+        Tensor dw_sum = on_backend(w_held.clone(), backend), db_sum = on_backend(b_held.clone(), backend);
+        Tensor dx_sum = nan_tensor(s.input_shape(), backend);
+        op->backward(x, dy, w, with_dx ? &dx_sum : nullptr, dw_sum, s.bias ? &db_sum : no_bias, true);
+        EXPECT_EQ(dw_sum.to_vector(), sum(w_held, dw_apart)) << "dweight";
+        if (s.bias) EXPECT_EQ(db_sum.to_vector(), sum(b_held, db_apart)) << "dbias";
+        if (with_dx) EXPECT_EQ(dx_sum.to_vector(), dx_apart.to_vector()) << "dx";
+      }
     }
   }
 }
