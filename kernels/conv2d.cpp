@@ -89,7 +89,8 @@ class CheckedConv2d final : public Conv2d {
     if (dx) expect(*dx, spec_.input_shape(), "dx");
     expect(dweight, spec_.weight_shape(), "dweight");
     expect_bias(dbias, "dbias");
-    if (!accumulate || impl_->adds_weight_gradients()) return impl_->backward(x, dy, weight, dx, dweight, dbias, accumulate);
+    if (!accumulate || impl_->adds_weight_gradients())
+      return impl_->backward(x, dy, weight, dx, dweight, dbias, accumulate);
     Tensor fresh_weight = Tensor::empty(dweight.shape(), DType::f32, dweight.device()), fresh_bias;
     if (dbias) fresh_bias = Tensor::empty(dbias->shape(), DType::f32, dbias->device());
     impl_->backward(x, dy, weight, dx, fresh_weight, dbias ? &fresh_bias : nullptr, false);

@@ -100,12 +100,9 @@ void LayoutBridge::finish_output(Tensor& tensor) {
   tensor.set_layout(output_layout_);
 }
 
-}  // namespace bigtrain::kernels::cpu
-
-namespace bigtrain::kernels::cpu {
-
 void LayoutBridge::bind_accumulating_output(Tensor& tensor, Tensor& temporary) {
-  BT_CHECK(tensor.layout() == Layout::plain, "an accumulated output must be plain, not {}", layout_name(tensor.layout()));
+  BT_CHECK(tensor.layout() == Layout::plain, "an accumulated output must be plain, not {}",
+           layout_name(tensor.layout()));
   if (!accumulating_reorder_) {
     dnnl::post_ops sum;
     sum.append_sum(1.0f);
