@@ -32,6 +32,8 @@ struct BackendTable {
   std::string (*unsupported_reason)(Op op, DType dtype);
 
   std::unique_ptr<Conv2d> (*make_conv2d)(const Conv2dSpec& spec);
+  // Null: the backend's convolutions take no per-call library memory.
+  Conv2dLibraryScratch (*conv2d_library_scratch)(const Conv2dSpec& spec) = nullptr;
   std::unique_ptr<Linear> (*make_linear)(const LinearSpec& spec);
   std::unique_ptr<BatchNorm2d> (*make_batch_norm)(const BatchNormSpec& spec);
   std::unique_ptr<GroupNorm> (*make_group_norm)(const GroupNormSpec& spec);

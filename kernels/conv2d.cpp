@@ -133,4 +133,10 @@ std::unique_ptr<Conv2d> make_conv2d(Backend backend, const Conv2dSpec& spec) {
   return std::make_unique<CheckedConv2d>(backend, spec, table.make_conv2d(spec));
 }
 
+Conv2dLibraryScratch conv2d_library_scratch(Backend backend, const Conv2dSpec& spec) {
+  const BackendTable& table = dispatch(Op::conv2d, backend, spec.compute_dtype);
+  spec.validate();
+  return table.conv2d_library_scratch ? table.conv2d_library_scratch(spec) : Conv2dLibraryScratch{};
+}
+
 }  // namespace bigtrain::kernels

@@ -2,6 +2,7 @@
 // 2-D convolution (cross-correlation, as PyTorch's Conv2d): NCHW input, OIHW weight
 // with I = in_channels / groups, optional bias of O. One interface; the reference
 // (naive loops, the test oracle), oneDNN (cpu) and cuDNN (cuda) implement it.
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 
@@ -97,5 +98,15 @@ class Conv2d {
 };
 
 std::unique_ptr<Conv2d> make_conv2d(Backend backend, const Conv2dSpec& spec);
+
+// Bytes of the library's own working memory one call of each pass takes from the
+// caching allocator, as make_conv2d(backend, spec) would build it: oneDNN's
+// scratchpads on the CPU (Winograd's transformed tiles: up to ~150 MB for 256
+// channels at 56x56, batch 8), zero where the backend keeps none per call (cuDNN's
+// workspace is shared and planned apart). For the memory plan.
+struct Conv2dLibraryScratch {
+  std::size_t forward = 0, backward_data = 0, backward_weights = 0;
+};
+Conv2dLibraryScratch conv2d_library_scratch(Backend backend, const Conv2dSpec& spec);
 
 }  // namespace bigtrain::kernels

@@ -1,5 +1,6 @@
 #include "net/footprint.hpp"
 
+#include "kernels/backend.hpp"
 #include "kernels/core/allocator.hpp"
 
 namespace bigtrain::net {
@@ -74,10 +75,15 @@ ConvScratch conv2d_scratch(const kernels::Conv2dSpec& spec, const KernelMemoryMo
   const CpuLayouts forward = cpu_layouts(spec, kernels.cpu_channel_block, ConvPass::forward);
   const CpuLayouts data = cpu_layouts(spec, kernels.cpu_channel_block, ConvPass::backward_data);
   const CpuLayouts weights = cpu_layouts(spec, kernels.cpu_channel_block, ConvPass::backward_weights);
+  // oneDNN's scratchpads (Winograd's are large), where this machine can build the
+  // layer; a plan for a precision it cannot run counts the layouts alone.
+  kernels::Conv2dLibraryScratch library;
+  if (kernels::supports(kernels::Op::conv2d, Backend::cpu, spec.compute_dtype))
+    library = kernels::conv2d_library_scratch(Backend::cpu, spec);
   // Every temporary of a call is alive until the call returns.
-  return {.forward = forward.src + forward.weights + forward.dst,
-          .backward_data = data.dst + data.weights + data.src,
-          .backward_weights = weights.src + weights.dst + weights.weights};
+  return {.forward = forward.src + forward.weights + forward.dst + rounded(library.forward),
+          .backward_data = data.dst + data.weights + data.src + rounded(library.backward_data),
+          .backward_weights = weights.src + weights.dst + weights.weights + rounded(library.backward_weights)};
 }
 
 }  // namespace bigtrain::net

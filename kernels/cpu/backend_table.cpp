@@ -41,6 +41,7 @@ const BackendTable& backend_table() {
       .supports = supports,
       .unsupported_reason = unsupported_reason,
       .make_conv2d = cpu::make_conv2d,
+      .conv2d_library_scratch = cpu::conv2d_library_scratch,
       .make_linear = cpu::make_linear,
       .make_batch_norm = cpu::make_batch_norm,
       .make_group_norm = cpu::make_group_norm,

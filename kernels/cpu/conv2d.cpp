@@ -9,6 +9,7 @@
 
 #include "kernels/core/error.hpp"
 #include "kernels/cpu/bias_gradient.hpp"
+#include "kernels/cpu/conv2d_primitives.hpp"
 #include "kernels/cpu/dnnl_context.hpp"
 #include "kernels/cpu/layout_bridge.hpp"
 
@@ -21,13 +22,6 @@ using Args = std::unordered_map<int, memory>;
 
 using dt = memory::data_type;
 
-// The tensors' own layout: float32, NCHW / OIHW (goihw when grouped).
-memory::desc plain_desc(const memory::dims& dims) {
-  return {dims, dt::f32, dims.size() == 5 ? memory::format_tag::goihw : memory::format_tag::nchw};
-}
-memory::desc any_desc(const memory::dims& dims, dt type) { return {dims, type, memory::format_tag::any}; }
-memory::desc nhwc_desc(const memory::dims& dims, dt type) { return {dims, type, memory::format_tag::nhwc}; }
-
 // oneDNN silently falls back to its reference loops for shapes no optimised kernel
 // takes (measured 100x slower); say so once per layer, so a slow run has a cause.
 void warn_if_reference(const char* pass, const std::string& implementation, const Conv2dSpec& s) {
@@ -36,52 +30,6 @@ void warn_if_reference(const char* pass, const std::string& implementation, cons
                "dilation {}x{} groups {}; its reference implementation ({}) will be slow",
                pass, shape_str(s.input_shape()), shape_str(s.weight_shape()), s.stride_h, s.stride_w, s.pad_h,
                s.pad_w, s.dilation_h, s.dilation_w, s.groups, implementation);
-}
-
-// Scratchpad in user mode: oneDNN would otherwise malloc it inside every call.
-dnnl::primitive_attr user_scratchpad() {
-  dnnl::primitive_attr attr;
-  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  return attr;
-}
-
-// BatchNorm of the epilogue as oneDNN post-ops on the convolution's output: a
-// per-channel multiply and add (computed from the statistics at each call, so an
-// optimizer step or a checkpoint load needs no invalidation), then ReLU unless a
-// residual comes first. The residual is added in a loop after the primitive
-// (add_residual, in the output's layout), not as a post-op: a `sum` post-op after
-// the BatchNorm's sent oneDNN 2.6 to its reference kernel (ref:any, thousands of
-// times slower), and a binary add needed the NCHW residual reordered into the
-// output's blocked layout, which cost more than the add (ResNet-18 inference at 224,
-// batch 8: 0.88x the unfused network, against 1.04x with the add apart; measured
-// before activations stayed blocked, when the residual was still NCHW).
-struct EpiloguePostOps {
-  dnnl::primitive_attr attr;
-  int scale = -1, shift = -1;  // post-op positions of the BatchNorm's operands
-  int residual = -1;            // and of the residual, when it is a post-op
-};
-
-// With `residual` (the output's own descriptor), the residual add is a post-op too,
-// then ReLU: for a residual already in the output's blocked layout (see
-// DnnlConv2d::fwd_residual_).
-EpiloguePostOps epilogue_post_ops(const ConvEpilogue& epilogue, const memory::desc& per_channel,
-                                  const memory::desc* residual = nullptr) {
-  EpiloguePostOps result{user_scratchpad()};
-  dnnl::post_ops ops;
-  if (epilogue.batch_norm) {
-    result.scale = ops.len();
-    ops.append_binary(dnnl::algorithm::binary_mul, per_channel);
-    result.shift = ops.len();
-    ops.append_binary(dnnl::algorithm::binary_add, per_channel);
-  }
-  if (residual) {
-    result.residual = ops.len();
-    ops.append_binary(dnnl::algorithm::binary_add, *residual);
-  }
-  if (epilogue.relu && (!epilogue.residual || residual))
-    ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
-  result.attr.set_post_ops(ops);
-  return result;
 }
 
 // y = relu?(y + residual) in one pass, as the CPU's add and ReLU compute it; in
@@ -100,54 +48,24 @@ void add_residual(Tensor& y, const Tensor& residual, bool relu) {
 
 class DnnlConv2d final : public Conv2d {
  public:
-  explicit DnnlConv2d(const Conv2dSpec& spec) : spec_(spec) {
-    const memory::dim g = spec.groups;
-    src_dims_ = {spec.batch, spec.in_channels, spec.in_h, spec.in_w};
-    dst_dims_ = {spec.batch, spec.out_channels, spec.out_h(), spec.out_w()};
-    // A grouped OIHW tensor is goihw in memory: [G][O/G][I/G][KH][KW].
-    weight_dims_ = g == 1 ? memory::dims{spec.out_channels, spec.in_channels, spec.kernel_h, spec.kernel_w}
-                          : memory::dims{g, spec.out_channels / g, spec.in_channels / g, spec.kernel_h, spec.kernel_w};
-    bias_desc_ = spec.bias ? memory::desc({spec.out_channels}, memory::data_type::f32, memory::format_tag::a)
-                           : memory::desc();
-    strides_ = {spec.stride_h, spec.stride_w};
-    dilates_ = {spec.dilation_h - 1, spec.dilation_w - 1};  // oneDNN counts the gaps: 0 = dense
-    padding_l_ = {spec.pad_h, spec.pad_w};
-    // PyTorch floors the output size; with symmetric padding oneDNN's size formula
-    // floors the same way, so unused bottom/right rows are simply not read.
-    padding_r_ = {spec.pad_h, spec.pad_w};
-    // Mixed precision (Conv2dSpec::compute_dtype): the operands x, weight and dy
-    // enter the primitives as bf16 (the layout bridges round them), while y, dx, dw,
-    // the bias and its gradient stay float32. oneDNN's avx512_core_bf16 kernels
-    // accumulate bf16 products in float32 (vdpbf16ps) and write float32 results
-    // directly: no rounding of the results, unlike cuDNN's pseudo-bf16.
-    operand_type_ = spec.compute_dtype == DType::bf16 ? dt::bf16 : dt::f32;
-
-    dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
-                                         any_desc(src_dims_, operand_type_), any_desc(weight_dims_, operand_type_),
-                                         bias_desc_, any_desc(dst_dims_, dt::f32), strides_, dilates_, padding_l_,
-                                         padding_r_);
-    fwd_pd_ = dnnl::convolution_forward::primitive_desc(desc, user_scratchpad(), engine());
+  explicit DnnlConv2d(const Conv2dSpec& spec) : spec_(spec), geometry_(spec) {
+    fwd_pd_ = training_forward_pd(geometry_);
     const memory::desc per_channel({1, spec.out_channels, 1, 1}, dt::f32, memory::format_tag::nchw);
     EpiloguePostOps post_ops;
-    if (spec.epilogue.any()) {
-      // The fused op takes the layouts the plain convolution chose. Left to format
-      // `any`, oneDNN 2.6 answers post-ops with its brgemm kernels on nhwc, whose
-      // reorders from and to NCHW measured 4-6x slower than those to nChw16c
-      // (ResNet-18 inference at 224, batch 8: 0.85x the unfused network's speed).
-      // A fused op never runs backward, so it takes the inference kernels.
-      dnnl::convolution_forward::desc fused(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-                                            fwd_pd_.src_desc(), fwd_pd_.weights_desc(), bias_desc_,
-                                            fwd_pd_.dst_desc(), strides_, dilates_, padding_l_, padding_r_);
+    if (auto folded = folded_winograd_pd(geometry_, fwd_pd_)) {
+      fwd_pd_ = *folded;
+      build_folded_weights();
+    } else if (spec.epilogue.any()) {
       post_ops = epilogue_post_ops(spec.epilogue, per_channel);
-      if (spec.epilogue.residual && spec.blocked_outputs) build_residual_post_op(fused, per_channel);
-      fwd_pd_ = dnnl::convolution_forward::primitive_desc(fused, post_ops.attr, engine());
+      if (spec.epilogue.residual && spec.blocked_outputs) build_residual_post_op(per_channel);
+      fwd_pd_ = fused_forward_pd(geometry_, fwd_pd_, post_ops.attr);
     }
     fwd_ = dnnl::convolution_forward(fwd_pd_);
     warn_if_reference("forward", fwd_pd_.impl_info_str(), spec);
-    fwd_src_.init(plain_desc(src_dims_), fwd_pd_.src_desc(), LayoutBridge::Role::input);
-    fwd_weights_.init(plain_desc(weight_dims_), fwd_pd_.weights_desc(), LayoutBridge::Role::input);
-    fwd_dst_.init(plain_desc(dst_dims_), fwd_pd_.dst_desc(), LayoutBridge::Role::output, spec.blocked_outputs);
-    fwd_bias_ = memory(bias_desc_, engine(), DNNL_MEMORY_NONE);
+    fwd_src_.init(plain_desc(geometry_.src), fwd_pd_.src_desc(), LayoutBridge::Role::input);
+    fwd_weights_.init(plain_desc(geometry_.weights), fwd_pd_.weights_desc(), LayoutBridge::Role::input);
+    fwd_dst_.init(plain_desc(geometry_.dst), fwd_pd_.dst_desc(), LayoutBridge::Role::output, spec.blocked_outputs);
+    fwd_bias_ = memory(geometry_.bias, engine(), DNNL_MEMORY_NONE);
     fwd_scratch_ = memory(fwd_pd_.scratchpad_desc(), engine(), DNNL_MEMORY_NONE);
     fwd_args_ = {{DNNL_ARG_SRC, fwd_src_.primitive_memory()},
                  {DNNL_ARG_WEIGHTS, fwd_weights_.primitive_memory()},
@@ -158,6 +76,13 @@ class DnnlConv2d final : public Conv2d {
       const auto channels = static_cast<std::size_t>(spec.out_channels);
       bn_scale_.resize(channels);
       bn_shift_.resize(channels);
+    }
+    if (folded_weights_reorder_) {
+      fwd_bias_ = memory(fwd_pd_.bias_desc(), engine(), bn_shift_.data());
+      fwd_args_[DNNL_ARG_BIAS] = fwd_bias_;
+      fwd_args_[DNNL_ARG_WEIGHTS] = folded_weights_;
+      folded_scales_ = memory({{spec.out_channels}, dt::f32, memory::format_tag::x}, engine(), bn_scale_.data());
+    } else if (spec.epilogue.batch_norm) {
       fwd_args_[DNNL_ARG_ATTR_MULTIPLE_POST_OP(post_ops.scale) | DNNL_ARG_SRC_1] =
           memory(per_channel, engine(), bn_scale_.data());
       fwd_args_[DNNL_ARG_ATTR_MULTIPLE_POST_OP(post_ops.shift) | DNNL_ARG_SRC_1] =
@@ -178,6 +103,11 @@ class DnnlConv2d final : public Conv2d {
   void forward_fused(const Tensor& x, const Tensor& weight, const Tensor* bias, const ConvEpilogueInputs& epilogue,
                      Tensor& y) override {
     if (spec_.epilogue.batch_norm) fold_batch_norm(epilogue);
+    if (folded_weights_reorder_) {
+      run_folded(x, weight, bias, y);
+      if (spec_.epilogue.residual) add_residual(y, *epilogue.residual, spec_.epilogue.relu);
+      return;
+    }
     if (fwd_residual_ && epilogue.residual->layout() == residual_layout_) {
       Tensor src_tmp, weights_tmp, dst_tmp, scratch;
       fwd_src_.bind_input(x, src_tmp);
@@ -298,15 +228,47 @@ class DnnlConv2d final : public Conv2d {
     stream().wait();
   }
 
+  // The weight reorder of the folded Winograd op: plain OIHW in, scaled by the
+  // BatchNorm's a per output channel (runtime output scales, mask 1 = dimension O).
+  void build_folded_weights() {
+    dnnl::primitive_attr attr;
+    attr.set_output_scales(1, {DNNL_RUNTIME_F32_VAL});
+    folded_weights_source_ = memory(plain_desc(geometry_.weights), engine(), DNNL_MEMORY_NONE);
+    folded_weights_ = memory(fwd_pd_.weights_desc(), engine(), DNNL_MEMORY_NONE);
+    folded_weights_reorder_.emplace(dnnl::reorder::primitive_desc(folded_weights_source_, folded_weights_, attr));
+  }
+
+  // bn_scale_ and bn_shift_ hold this call's a and b; the bias becomes b + a*bias.
+  void run_folded(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y) {
+    BT_CHECK(weight.layout() == Layout::plain, "conv2d (cpu): weights must be plain OIHW");
+    if (bias) {
+      const float* conv_bias = bias->data<float>();
+      for (std::size_t c = 0; c < bn_shift_.size(); ++c) bn_shift_[c] += bn_scale_[c] * conv_bias[c];
+    }
+    Tensor src_tmp, weights_tmp, dst_tmp, scratch;
+    fwd_src_.bind_input(x, src_tmp);
+    folded_weights_source_.set_data_handle(weight.raw_data());
+    bind_buffer(folded_weights_, fwd_pd_.weights_desc().get_size(), weights_tmp);
+    folded_weights_reorder_->execute(stream(), {{DNNL_ARG_FROM, folded_weights_source_},
+                                                {DNNL_ARG_TO, folded_weights_},
+                                                {DNNL_ARG_ATTR_OUTPUT_SCALES, folded_scales_}});
+    fwd_dst_.bind_output(y, dst_tmp);
+    bind_buffer(fwd_scratch_, fwd_pd_.scratchpad_desc().get_size(), scratch);
+    fwd_.execute(stream(), fwd_args_);
+    fwd_dst_.finish_output(y);
+    stream().wait();
+  }
+
   // A second fused primitive with the residual add (and ReLU) as post-ops, for a
   // residual already in the layout of the output (blocked activations): one pass
   // over the output instead of the primitive's plus add_residual's. Kept only where
   // oneDNN has an optimised kernel for it.
-  void build_residual_post_op(const dnnl::convolution_forward::desc& fused, const memory::desc& per_channel) {
+  void build_residual_post_op(const memory::desc& per_channel) {
+    const dnnl::convolution_forward::desc fused = fused_forward_desc(geometry_, fwd_pd_, dnnl::algorithm::convolution_direct);
     const memory::desc output(fused.data.dst_desc);
     std::optional<Layout> layout;
     for (Layout candidate : {Layout::blocked8, Layout::blocked16})
-      if (spec_.out_channels % layout_block(candidate) == 0 && same_bytes(layout_desc(dst_dims_, candidate), output))
+      if (spec_.out_channels % layout_block(candidate) == 0 && same_bytes(layout_desc(geometry_.dst, candidate), output))
         layout = candidate;
     if (!layout) return;
     const EpiloguePostOps ops = epilogue_post_ops(spec_.epilogue, per_channel, &output);
@@ -339,16 +301,10 @@ class DnnlConv2d final : public Conv2d {
   // Backward primitives are built on first use: an inference-only layer never pays
   // for their JIT code and memory.
   void build_backward_data() {
-    // Backward-data stays on format_tag::any even for narrow inputs: there nhwc
-    // measured 2x slower than the GEMM path oneDNN picks for a 3-channel stem.
-    dnnl::convolution_backward_data::desc desc(dnnl::algorithm::convolution_direct, any_desc(src_dims_, dt::f32),
-                                               any_desc(weight_dims_, operand_type_),
-                                               any_desc(dst_dims_, operand_type_), strides_, dilates_, padding_l_,
-                                               padding_r_);
-    bwd_data_pd_ = dnnl::convolution_backward_data::primitive_desc(desc, user_scratchpad(), engine(), fwd_pd_);
-    bwd_data_diff_dst_.init(plain_desc(dst_dims_), bwd_data_pd_.diff_dst_desc(), LayoutBridge::Role::input);
-    bwd_data_weights_.init(plain_desc(weight_dims_), bwd_data_pd_.weights_desc(), LayoutBridge::Role::input);
-    bwd_data_diff_src_.init(plain_desc(src_dims_), bwd_data_pd_.diff_src_desc(), LayoutBridge::Role::output,
+    bwd_data_pd_ = backward_data_pd(geometry_, fwd_pd_);
+    bwd_data_diff_dst_.init(plain_desc(geometry_.dst), bwd_data_pd_.diff_dst_desc(), LayoutBridge::Role::input);
+    bwd_data_weights_.init(plain_desc(geometry_.weights), bwd_data_pd_.weights_desc(), LayoutBridge::Role::input);
+    bwd_data_diff_src_.init(plain_desc(geometry_.src), bwd_data_pd_.diff_src_desc(), LayoutBridge::Role::output,
                             spec_.blocked_outputs);
     bwd_data_scratch_ = memory(bwd_data_pd_.scratchpad_desc(), engine(), DNNL_MEMORY_NONE);
     bwd_data_args_ = {{DNNL_ARG_DIFF_DST, bwd_data_diff_dst_.primitive_memory()},
@@ -360,46 +316,26 @@ class DnnlConv2d final : public Conv2d {
   }
 
   void build_backward_weights() {
-    // Inputs with few channels (a grayscale or RGB stem) would be padded to the
-    // 8-channel block of nChw8c: 8x the memory and 8x the work for the weight
-    // gradient (1-channel 7x7 stride-2 stem, batch 8: 34 ms at 224, 176 ms at 512,
-    // against 10 ms and 85 ms in nhwc). oneDNN's AVX2 kernels take such layers in
-    // nhwc, which for one channel is the very same bytes as NCHW: no input reorder.
-    // The forward pass keeps format_tag::any: it reads NCHW directly there and was
-    // 20-30% faster than nhwc (the 11x11 stride-4 stem: equal).
-    const bool narrow_input = spec_.groups == 1 && spec_.in_channels < 8;
-    auto activation_desc = [&](const memory::dims& dims) {
-      return narrow_input ? nhwc_desc(dims, operand_type_) : any_desc(dims, operand_type_);
-    };
-    // In bf16 the bias gradient is summed apart, from the float32 dy (bias_gradient.hpp).
-    const bool bias_in_primitive = spec_.bias && operand_type_ == dt::f32;
-    dnnl::convolution_backward_weights::desc desc(dnnl::algorithm::convolution_direct, activation_desc(src_dims_),
-                                                  any_desc(weight_dims_, dt::f32),
-                                                  bias_in_primitive ? bias_desc_ : memory::desc(),
-                                                  activation_desc(dst_dims_), strides_, dilates_, padding_l_,
-                                                  padding_r_);
-    bwd_weights_pd_ =
-        dnnl::convolution_backward_weights::primitive_desc(desc, user_scratchpad(), engine(), fwd_pd_);
-    bwd_weights_src_.init(plain_desc(src_dims_), bwd_weights_pd_.src_desc(), LayoutBridge::Role::input);
-    bwd_weights_diff_dst_.init(plain_desc(dst_dims_), bwd_weights_pd_.diff_dst_desc(), LayoutBridge::Role::input);
-    bwd_weights_diff_weights_.init(plain_desc(weight_dims_), bwd_weights_pd_.diff_weights_desc(),
+    bwd_weights_pd_ = backward_weights_pd(geometry_, fwd_pd_);
+    bwd_weights_src_.init(plain_desc(geometry_.src), bwd_weights_pd_.src_desc(), LayoutBridge::Role::input);
+    bwd_weights_diff_dst_.init(plain_desc(geometry_.dst), bwd_weights_pd_.diff_dst_desc(), LayoutBridge::Role::input);
+    bwd_weights_diff_weights_.init(plain_desc(geometry_.weights), bwd_weights_pd_.diff_weights_desc(),
                                    LayoutBridge::Role::output);
-    bwd_weights_diff_bias_ = memory(bias_desc_, engine(), DNNL_MEMORY_NONE);
+    bwd_weights_diff_bias_ = memory(geometry_.bias, engine(), DNNL_MEMORY_NONE);
     bwd_weights_scratch_ = memory(bwd_weights_pd_.scratchpad_desc(), engine(), DNNL_MEMORY_NONE);
     bwd_weights_args_ = {{DNNL_ARG_SRC, bwd_weights_src_.primitive_memory()},
                          {DNNL_ARG_DIFF_DST, bwd_weights_diff_dst_.primitive_memory()},
                          {DNNL_ARG_DIFF_WEIGHTS, bwd_weights_diff_weights_.primitive_memory()},
                          {DNNL_ARG_SCRATCHPAD, bwd_weights_scratch_}};
+    const bool bias_in_primitive = bias_in_backward_weights(geometry_);
     if (bias_in_primitive) bwd_weights_args_[DNNL_ARG_DIFF_BIAS] = bwd_weights_diff_bias_;
-    if (spec_.bias && !bias_in_primitive) bias_gradient_.emplace(dst_dims_);
+    if (spec_.bias && !bias_in_primitive) bias_gradient_.emplace(geometry_.dst);
     bwd_weights_.emplace(bwd_weights_pd_);
     warn_if_reference("backward-weights", bwd_weights_pd_.impl_info_str(), spec_);
   }
 
   Conv2dSpec spec_;
-  memory::dims src_dims_, dst_dims_, weight_dims_, strides_, dilates_, padding_l_, padding_r_;
-  memory::desc bias_desc_;
-  dt operand_type_ = dt::f32;
+  ConvGeometry geometry_;
 
   dnnl::convolution_forward::primitive_desc fwd_pd_;
   dnnl::convolution_forward fwd_;
@@ -407,6 +343,9 @@ class DnnlConv2d final : public Conv2d {
   memory fwd_bias_, fwd_scratch_;
   Args fwd_args_;
   std::vector<float> bn_scale_, bn_shift_;  // the fused BatchNorm's a and b; sized once, bound in fwd_args_
+  // BatchNorm folded into a Winograd op (folded_winograd_pd): its weight reorder.
+  std::optional<dnnl::reorder> folded_weights_reorder_;
+  memory folded_weights_source_, folded_weights_, folded_scales_;
   dnnl::convolution_forward::primitive_desc fwd_residual_pd_;
   std::optional<dnnl::convolution_forward> fwd_residual_;
   Layout residual_layout_ = Layout::plain;

@@ -52,6 +52,8 @@ const std::vector<ConvCase>& cases() {
       {"depthwise", conv(2, 6, 6, 8, 7, 3, 3, 1, 1, 1, 1, 1, 1, 6)},
       {"depthwise_multiplier2_stride2_bias", conv(2, 4, 8, 9, 9, 3, 3, 2, 2, 1, 1, 1, 1, 4, true)},
       {"wide32_k3", conv(1, 32, 32, 7, 6, 3, 3, 1, 1, 1, 1)},
+      // 512 outputs of 32+ channels: Winograd on AVX-512 CPUs (kernels/cpu/conv_algorithm.hpp).
+      {"winograd_k3_bias", conv(8, 32, 48, 8, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, true)},
       {"channels12to20_not_multiple_of_8", conv(2, 12, 20, 6, 5, 3, 3, 1, 1, 1, 1, 1, 1, 1, true)},
       {"stem_k7_stride2_pad3", conv(2, 1, 8, 23, 21, 7, 7, 2, 2, 3, 3)},
       {"stem_k7_stride2_rgb_bias", conv(1, 3, 8, 17, 19, 7, 7, 2, 2, 3, 3, 1, 1, 1, true)},
@@ -182,7 +184,8 @@ class Conv2dHostDeterminism : public ::testing::TestWithParam<Backend> {};
 
 TEST_P(Conv2dHostDeterminism, FreshObjectsReproduceOutputsBitwise) {
   const Backend backend = GetParam();
-  for (const char* name : {"wide32_k3", "stem_k7_stride2_pad3"}) {  // blocked layouts; the nhwc stem path
+  // Blocked layouts; Winograd; the nhwc stem path.
+  for (const char* name : {"wide32_k3", "winograd_k3_bias", "stem_k7_stride2_pad3"}) {
     const ConvCase& c = *std::find_if(cases().begin(), cases().end(), [&](const ConvCase& k) { return k.name == name; });
     SCOPED_TRACE(c.name);
     const Conv2dSpec& s = c.spec;

@@ -45,6 +45,9 @@ void PrintTo(const EpilogueCase& c, std::ostream* os) { *os << c.name; }
 const std::vector<EpilogueCase>& cases() {
   static const std::vector<EpilogueCase> table{
       {"k3_wide32", conv(2, 32, 32, 9, 7, 3, 1, 1, false)},
+      // Winograd on AVX-512 CPUs, BatchNorm folded into its weights and bias.
+      {"k3_winograd", conv(8, 32, 32, 8, 8, 3, 1, 1, false)},
+      {"k3_winograd_bias", conv(4, 32, 48, 12, 12, 3, 1, 1, true)},
       {"k3_stride2_bias", conv(2, 16, 24, 11, 9, 3, 2, 1, true)},
       {"k1_bottleneck_expand", conv(2, 16, 64, 6, 5, 1, 1, 0, false)},
       {"k1_stride2_downsample", conv(2, 8, 16, 7, 7, 1, 2, 0, false)},
