@@ -11,6 +11,7 @@
 #include "kernels/cpu/bias_gradient.hpp"
 #include "kernels/cpu/conv2d_primitives.hpp"
 #include "kernels/cpu/dnnl_context.hpp"
+#include "kernels/cpu/elementwise.hpp"
 #include "kernels/cpu/layout_bridge.hpp"
 
 namespace bigtrain::kernels::cpu {
@@ -209,11 +210,7 @@ class DnnlConv2d final : public Conv2d {
       bwd_weights_diff_weights_.finish_output(dweight);
     stream().wait();
     if (bias_out && bias_gradient_) bias_gradient_->compute(dy.to_plain(), *bias_out);
-    if (dbias && accumulate) {
-      float* sum = dbias->data<float>();
-      const float* addend = fresh_bias.data<float>();
-      for (std::int64_t c = 0; c < dbias->numel(); ++c) sum[c] += addend[c];
-    }
+    if (dbias && accumulate) axpy(1.0f, fresh_bias, *dbias);
   }
 
   void run_forward(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y) {
