@@ -261,11 +261,13 @@ class DnnlConv2d final : public Conv2d {
   // over the output instead of the primitive's plus add_residual's. Kept only where
   // oneDNN has an optimised kernel for it.
   void build_residual_post_op(const memory::desc& per_channel) {
-    const dnnl::convolution_forward::desc fused = fused_forward_desc(geometry_, fwd_pd_, dnnl::algorithm::convolution_direct);
+    const dnnl::convolution_forward::desc fused =
+        fused_forward_desc(geometry_, fwd_pd_, dnnl::algorithm::convolution_direct);
     const memory::desc output(fused.data.dst_desc);
     std::optional<Layout> layout;
     for (Layout candidate : {Layout::blocked8, Layout::blocked16})
-      if (spec_.out_channels % layout_block(candidate) == 0 && same_bytes(layout_desc(geometry_.dst, candidate), output))
+      if (spec_.out_channels % layout_block(candidate) == 0 &&
+          same_bytes(layout_desc(geometry_.dst, candidate), output))
         layout = candidate;
     if (!layout) return;
     const EpiloguePostOps ops = epilogue_post_ops(spec_.epilogue, per_channel, &output);
