@@ -49,7 +49,7 @@ void add_residual(Tensor& y, const Tensor& residual, bool relu) {
 
 class DnnlConv2d final : public Conv2d {
  public:
-  explicit DnnlConv2d(const Conv2dSpec& spec) : spec_(spec), geometry_(spec) {
+  explicit DnnlConv2d(const Conv2dSpec& spec) : geometry_(spec) {
     fwd_pd_ = training_forward_pd(geometry_);
     const memory::desc per_channel({1, spec.out_channels, 1, 1}, dt::f32, memory::format_tag::nchw);
     EpiloguePostOps post_ops;
@@ -103,10 +103,10 @@ class DnnlConv2d final : public Conv2d {
 
   void forward_fused(const Tensor& x, const Tensor& weight, const Tensor* bias, const ConvEpilogueInputs& epilogue,
                      Tensor& y) override {
-    if (spec_.epilogue.batch_norm) fold_batch_norm(epilogue);
+    if (geometry_.spec.epilogue.batch_norm) fold_batch_norm(epilogue);
     if (folded_weights_reorder_) {
       run_folded(x, weight, bias, y);
-      if (spec_.epilogue.residual) add_residual(y, *epilogue.residual, spec_.epilogue.relu);
+      if (geometry_.spec.epilogue.residual) add_residual(y, *epilogue.residual, geometry_.spec.epilogue.relu);
       return;
     }
     if (fwd_residual_ && epilogue.residual->layout() == residual_layout_) {
@@ -123,7 +123,7 @@ class DnnlConv2d final : public Conv2d {
       return;
     }
     run_forward(x, weight, bias, y);
-    if (spec_.epilogue.residual) add_residual(y, *epilogue.residual, spec_.epilogue.relu);
+    if (geometry_.spec.epilogue.residual) add_residual(y, *epilogue.residual, geometry_.spec.epilogue.relu);
   }
 
   void backward_data(const Tensor& dy, const Tensor& weight, Tensor& dx) override {
@@ -169,7 +169,8 @@ class DnnlConv2d final : public Conv2d {
       build();
     } catch (const dnnl::error& e) {
       throw Error(fmt::format("conv2d (cpu): oneDNN cannot build the {} primitive for input {} weight {}: {}", pass,
-                              shape_str(spec_.input_shape()), shape_str(spec_.weight_shape()), e.what()));
+                              shape_str(geometry_.spec.input_shape()), shape_str(geometry_.spec.weight_shape()),
+                              e.what()));
     }
   }
 
@@ -266,11 +267,11 @@ class DnnlConv2d final : public Conv2d {
     const memory::desc output(fused.data.dst_desc);
     std::optional<Layout> layout;
     for (Layout candidate : {Layout::blocked8, Layout::blocked16})
-      if (spec_.out_channels % layout_block(candidate) == 0 &&
+      if (geometry_.spec.out_channels % layout_block(candidate) == 0 &&
           same_bytes(layout_desc(geometry_.dst, candidate), output))
         layout = candidate;
     if (!layout) return;
-    const EpiloguePostOps ops = epilogue_post_ops(spec_.epilogue, per_channel, &output);
+    const EpiloguePostOps ops = epilogue_post_ops(geometry_.spec.epilogue, per_channel, &output);
     try {
       dnnl::convolution_forward::primitive_desc pd(fused, ops.attr, engine());
       if (std::string(pd.impl_info_str()).rfind("ref", 0) == 0) return;
@@ -291,7 +292,7 @@ class DnnlConv2d final : public Conv2d {
     const float *gamma = epilogue.gamma->f32(), *beta = epilogue.beta->f32();
     const float *mean = epilogue.running_mean->f32(), *var = epilogue.running_var->f32();
     for (std::size_t c = 0; c < bn_scale_.size(); ++c) {
-      const double a = gamma[c] / std::sqrt(static_cast<double>(var[c]) + spec_.epilogue.bn_epsilon);
+      const double a = gamma[c] / std::sqrt(static_cast<double>(var[c]) + geometry_.spec.epilogue.bn_epsilon);
       bn_scale_[c] = static_cast<float>(a);
       bn_shift_[c] = static_cast<float>(beta[c] - mean[c] * a);
     }
@@ -304,14 +305,14 @@ class DnnlConv2d final : public Conv2d {
     bwd_data_diff_dst_.init(plain_desc(geometry_.dst), bwd_data_pd_.diff_dst_desc(), LayoutBridge::Role::input);
     bwd_data_weights_.init(plain_desc(geometry_.weights), bwd_data_pd_.weights_desc(), LayoutBridge::Role::input);
     bwd_data_diff_src_.init(plain_desc(geometry_.src), bwd_data_pd_.diff_src_desc(), LayoutBridge::Role::output,
-                            spec_.blocked_outputs);
+                            geometry_.spec.blocked_outputs);
     bwd_data_scratch_ = memory(bwd_data_pd_.scratchpad_desc(), engine(), DNNL_MEMORY_NONE);
     bwd_data_args_ = {{DNNL_ARG_DIFF_DST, bwd_data_diff_dst_.primitive_memory()},
                       {DNNL_ARG_WEIGHTS, bwd_data_weights_.primitive_memory()},
                       {DNNL_ARG_DIFF_SRC, bwd_data_diff_src_.primitive_memory()},
                       {DNNL_ARG_SCRATCHPAD, bwd_data_scratch_}};
     bwd_data_.emplace(bwd_data_pd_);
-    warn_if_reference("backward-data", bwd_data_pd_.impl_info_str(), spec_);
+    warn_if_reference("backward-data", bwd_data_pd_.impl_info_str(), geometry_.spec);
   }
 
   void build_backward_weights() {
@@ -328,13 +329,12 @@ class DnnlConv2d final : public Conv2d {
                          {DNNL_ARG_SCRATCHPAD, bwd_weights_scratch_}};
     const bool bias_in_primitive = bias_in_backward_weights(geometry_);
     if (bias_in_primitive) bwd_weights_args_[DNNL_ARG_DIFF_BIAS] = bwd_weights_diff_bias_;
-    if (spec_.bias && !bias_in_primitive) bias_gradient_.emplace(geometry_.dst);
+    if (geometry_.spec.bias && !bias_in_primitive) bias_gradient_.emplace(geometry_.dst);
     bwd_weights_.emplace(bwd_weights_pd_);
-    warn_if_reference("backward-weights", bwd_weights_pd_.impl_info_str(), spec_);
+    warn_if_reference("backward-weights", bwd_weights_pd_.impl_info_str(), geometry_.spec);
   }
 
-  Conv2dSpec spec_;
-  ConvGeometry geometry_;
+  ConvGeometry geometry_;  // holds the spec
 
   dnnl::convolution_forward::primitive_desc fwd_pd_;
   dnnl::convolution_forward fwd_;
