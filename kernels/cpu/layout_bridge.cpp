@@ -37,6 +37,29 @@ memory::desc layout_desc(const memory::dims& dims, Layout layout) {
   return {dims, memory::data_type::f32, dims.size() == 5 ? tag::goihw : dims.size() == 2 ? tag::nc : tag::nchw};
 }
 
+memory::desc without_trailing_unit_dims(const memory::desc& desc) {
+  memory::dims dims = desc.dims();
+  const std::size_t rank = dims.size();
+  while (dims.size() > 2 && dims.back() == 1) dims.pop_back();
+  if (dims.size() == rank) return desc;
+  try {
+    return desc.reshape(dims);
+  } catch (const dnnl::error&) {
+    return desc;  // a layout that blocks one of those dimensions
+  }
+}
+
+OutputReorder::OutputReorder(const memory::desc& from, const memory::desc& to, const dnnl::primitive_attr& attr)
+    : from_(without_trailing_unit_dims(from), engine(), DNNL_MEMORY_NONE),
+      to_(without_trailing_unit_dims(to), engine(), DNNL_MEMORY_NONE),
+      reorder_(dnnl::reorder::primitive_desc(from_, to_, attr)) {}
+
+void OutputReorder::execute(const memory& from, const memory& to) {
+  from_.set_data_handle(from.get_data_handle());
+  to_.set_data_handle(to.get_data_handle());
+  reorder_.execute(stream(), from_, to_);
+}
+
 void LayoutBridge::init(const memory::desc& plain, const memory::desc& chosen, Role role, bool blocked_output) {
   role_ = role;
   blocked_output_ = blocked_output;
@@ -52,17 +75,26 @@ void LayoutBridge::init(const memory::desc& plain, const memory::desc& chosen, R
         chosen_layout_ = layout;
   }
   inner_ = memory(chosen, engine(), DNNL_MEMORY_NONE);
-  for (auto& reorder : reorders_) reorder.reset();
+  for (auto& reorder : input_reorders_) reorder.reset();
+  for (auto& reorder : output_reorders_) reorder.reset();
   accumulating_reorder_.reset();
 }
 
-dnnl::reorder& LayoutBridge::reorder_for(Layout layout) {
-  auto& reorder = reorders_[static_cast<int>(layout)];
-  if (!reorder) {
-    memory& outer = outer_for(layout);
-    outer = memory(layout == Layout::plain ? plain_desc_ : layout_desc(dims_, layout), engine(), DNNL_MEMORY_NONE);
-    reorder = role_ == Role::input ? dnnl::reorder(outer, inner_) : dnnl::reorder(inner_, outer);
-  }
+memory& LayoutBridge::make_outer(Layout layout) {
+  memory& outer = outer_for(layout);
+  outer = memory(layout == Layout::plain ? plain_desc_ : layout_desc(dims_, layout), engine(), DNNL_MEMORY_NONE);
+  return outer;
+}
+
+dnnl::reorder& LayoutBridge::input_reorder_for(Layout layout) {
+  auto& reorder = input_reorders_[static_cast<int>(layout)];
+  if (!reorder) reorder = dnnl::reorder(make_outer(layout), inner_);
+  return *reorder;
+}
+
+OutputReorder& LayoutBridge::output_reorder_for(Layout layout) {
+  auto& reorder = output_reorders_[static_cast<int>(layout)];
+  if (!reorder) reorder.emplace(inner_.get_desc(), make_outer(layout).get_desc());
   return *reorder;
 }
 
@@ -72,7 +104,7 @@ void LayoutBridge::bind_input(const Tensor& tensor, Tensor& temporary) {
     inner_.set_data_handle(tensor.raw_data());
     return;
   }
-  dnnl::reorder& reorder = reorder_for(layout);
+  dnnl::reorder& reorder = input_reorder_for(layout);
   outer_for(layout).set_data_handle(tensor.raw_data());
   bind_buffer(inner_, bytes_, temporary);
   reorder.execute(stream(), outer_for(layout), inner_);
@@ -90,13 +122,13 @@ void LayoutBridge::bind_output(Tensor& tensor, Tensor& temporary) {
     inner_.set_data_handle(tensor.raw_data());
     return;
   }
-  reorder_for(output_layout_);
+  output_reorder_for(output_layout_);
   outer_for(output_layout_).set_data_handle(tensor.raw_data());
   bind_buffer(inner_, bytes_, temporary);
 }
 
 void LayoutBridge::finish_output(Tensor& tensor) {
-  if (!direct_) reorder_for(output_layout_).execute(stream(), inner_, outer_for(output_layout_));
+  if (!direct_) output_reorder_for(output_layout_).execute(inner_, outer_for(output_layout_));
   tensor.set_layout(output_layout_);
 }
 
@@ -109,12 +141,12 @@ void LayoutBridge::bind_accumulating_output(Tensor& tensor, Tensor& temporary) {
     dnnl::primitive_attr attr;
     attr.set_post_ops(sum);
     accumulated_ = memory(plain_desc_, engine(), DNNL_MEMORY_NONE);
-    accumulating_reorder_.emplace(dnnl::reorder::primitive_desc(inner_, accumulated_, attr));
+    accumulating_reorder_.emplace(inner_.get_desc(), plain_desc_, attr);
   }
   accumulated_.set_data_handle(tensor.raw_data());
   bind_buffer(inner_, bytes_, temporary);
 }
 
-void LayoutBridge::finish_accumulating_output() { accumulating_reorder_->execute(stream(), inner_, accumulated_); }
+void LayoutBridge::finish_accumulating_output() { accumulating_reorder_->execute(inner_, accumulated_); }
 
 }  // namespace bigtrain::kernels::cpu

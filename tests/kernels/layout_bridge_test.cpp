@@ -1,0 +1,110 @@
+// The CPU layout bridge's output reorders (kernels/cpu/layout_bridge.hpp): a
+// primitive's blocked weights written into a plain OIHW tensor, directly and added
+// in, land at the index oneDNN's blocked format defines, also where the reorder
+// runs on descriptors without the 1 x 1 spatial dimensions and where the channel
+// counts leave the blocks padded.
+#include <gtest/gtest.h>
+
+#include <dnnl.hpp>
+#include <ostream>
+
+#include "kernels/core/tensor.hpp"
+#include "kernels/cpu/dnnl_context.hpp"
+#include "kernels/cpu/layout_bridge.hpp"
+
+namespace bigtrain::kernels::cpu {
+namespace {
+
+using dnnl::memory;
+using tag = memory::format_tag;
+
+struct WeightShape {
+  std::int64_t out, in, kernel;
+};
+void PrintTo(const WeightShape& s, std::ostream* os) { *os << s.out << "x" << s.in << "x" << s.kernel << "x" << s.kernel; }
+
+// The value the test writes for element (o, i, k) of the weights.
+float marker(std::int64_t o, std::int64_t i, std::int64_t k) { return static_cast<float>(o * 10000 + i * 10 + k); }
+
+// Writes marker() into memory of format ABcd16b16a (OIhw16i16o) by its definition:
+// blocks of 16 outputs x 16 inputs, outputs innermost, spatial between the blocks.
+void fill_blocked(const WeightShape& shape, float* blocked) {
+  const std::int64_t in_blocks = (shape.in + 15) / 16, area = shape.kernel * shape.kernel;
+  for (std::int64_t o = 0; o < shape.out; ++o)
+    for (std::int64_t i = 0; i < shape.in; ++i)
+      for (std::int64_t k = 0; k < area; ++k)
+        blocked[(((o / 16) * in_blocks + i / 16) * area + k) * 256 + (i % 16) * 16 + o % 16] = marker(o, i, k);
+}
+
+class OutputBridge : public ::testing::TestWithParam<WeightShape> {
+ protected:
+  void SetUp() override {
+    const WeightShape s = GetParam();
+    dims_ = {s.out, s.in, s.kernel, s.kernel};
+    plain_ = memory::desc(dims_, memory::data_type::f32, tag::oihw);
+    blocked_ = memory::desc(dims_, memory::data_type::f32, tag::ABcd16b16a);
+    bridge_.init(plain_, blocked_, LayoutBridge::Role::output);
+  }
+  void expect_plain(const Tensor& weights, float offset) const {
+    const WeightShape s = GetParam();
+    const std::int64_t area = s.kernel * s.kernel;
+    const float* values = weights.f32();
+    for (std::int64_t o = 0; o < s.out; ++o)
+      for (std::int64_t i = 0; i < s.in; ++i)
+        for (std::int64_t k = 0; k < area; ++k)
+          ASSERT_EQ(values[(o * s.in + i) * area + k], marker(o, i, k) + offset) << "o " << o << " i " << i;
+  }
+  Shape shape() const { return {dims_[0], dims_[1], dims_[2], dims_[3]}; }
+
+  memory::dims dims_;
+  memory::desc plain_, blocked_;
+  LayoutBridge bridge_;
+};
+
+TEST_P(OutputBridge, WritesBlockedWeightsAtTheirPlainIndex) {
+  Tensor weights = Tensor::empty(shape()), temporary;
+  bridge_.bind_output(weights, temporary);
+  fill_blocked(GetParam(), static_cast<float*>(bridge_.primitive_memory().get_data_handle()));
+  bridge_.finish_output(weights);
+  stream().wait();
+  EXPECT_EQ(weights.layout(), Layout::plain);
+  expect_plain(weights, 0.0f);
+}
+
+TEST_P(OutputBridge, AddsBlockedWeightsIntoWhatThePlainTensorHolds) {
+  Tensor weights = Tensor::empty(shape()), temporary;
+  weights.fill(0.5f);
+  bridge_.bind_accumulating_output(weights, temporary);
+  fill_blocked(GetParam(), static_cast<float*>(bridge_.primitive_memory().get_data_handle()));
+  bridge_.finish_accumulating_output();
+  stream().wait();
+  expect_plain(weights, 0.5f);
+}
+
+// 1x1 weights take the 2D path; 40 x 72 pads both blocks; 3x3 keeps its four dimensions.
+INSTANTIATE_TEST_SUITE_P(Weights, OutputBridge,
+                         ::testing::Values(WeightShape{64, 256, 1}, WeightShape{40, 72, 1}, WeightShape{32, 48, 3},
+                                           WeightShape{40, 24, 3}),
+                         [](const auto& info) {
+                           const WeightShape& s = info.param;
+                           return "o" + std::to_string(s.out) + "_i" + std::to_string(s.in) + "_k" +
+                                  std::to_string(s.kernel);
+                         });
+
+TEST(WithoutTrailingUnitDims, DropsOnlyTrailingOnesAndKeepsTheBytes) {
+  const memory::desc weights({256, 1024, 1, 1}, memory::data_type::f32, tag::ABcd16b16a);
+  const memory::desc squeezed = without_trailing_unit_dims(weights);
+  EXPECT_EQ(squeezed.dims(), (memory::dims{256, 1024}));
+  EXPECT_EQ(squeezed.get_size(), weights.get_size());
+  EXPECT_EQ(squeezed, memory::desc({256, 1024}, memory::data_type::f32, tag::AB16b16a));
+
+  const memory::desc spatial({64, 64, 3, 3}, memory::data_type::f32, tag::ABcd16b16a);
+  EXPECT_EQ(without_trailing_unit_dims(spatial), spatial);
+  const memory::desc row({1, 1, 1, 1}, memory::data_type::f32, tag::abcd);
+  EXPECT_EQ(without_trailing_unit_dims(row).dims(), (memory::dims{1, 1}));
+  const memory::desc matrix({8, 2048}, memory::data_type::f32, tag::ab);
+  EXPECT_EQ(without_trailing_unit_dims(matrix), matrix);
+}
+
+}  // namespace
+}  // namespace bigtrain::kernels::cpu
