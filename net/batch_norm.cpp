@@ -83,16 +83,14 @@ LayerFootprint BatchNorm2d::describe(const Shape& input, const PlanContext& ctx)
   BT_CHECK(!batch_statistics || input[0] * input[2] * input[3] > 1,
            "batch norm `{}`: training needs more than one value per channel, got input {}", name(), shape_str(input));
   const std::size_t statistic = allocation_bytes({channels_});
-  // kernels/cpu/batch_norm.cpp: oneDNN's variance, converted to invstd on the host.
-  const std::size_t cpu_variance = batch_statistics && ctx.kernels.backend == Backend::cpu ? statistic : 0;
   LayerFootprint fp;
   fp.kind = "batchnorm";
   fp.output = input;
   fp.keeps_input = true;
   if (batch_statistics && ctx.forward.keep_activations)
     fp.kept = {channels_ * sizeof(float), channels_ * sizeof(float)};  // save_mean, save_invstd
-  fp.forward_scratch = cpu_variance + (batch_statistics && !ctx.forward.keep_activations ? 2 * statistic : 0);
-  fp.backward_scratch = 2 * statistic + cpu_variance;  // dgamma, dbeta before they are accumulated
+  fp.forward_scratch = batch_statistics && !ctx.forward.keep_activations ? 2 * statistic : 0;
+  fp.backward_scratch = 2 * statistic;  // dgamma, dbeta before they are accumulated
   return fp;
 }
 
