@@ -95,7 +95,9 @@ class LayoutBridge {
   void finish_accumulating_output();
 
  private:
-  // The reorder between the primitive's memory and a tensor in `layout`, built on first use.
+  // The reorder between the primitive's memory and a tensor in `layout` (into the
+  // primitive for an input bridge, out of it for an output one), built on first use
+  // with the tensor-side memory that make_outer() describes.
   dnnl::reorder& input_reorder_for(Layout layout);
   OutputReorder& output_reorder_for(Layout layout);
   dnnl::memory& make_outer(Layout layout);
