@@ -36,6 +36,9 @@ struct BackendTable {
   Conv2dLibraryScratch (*conv2d_library_scratch)(const Conv2dSpec& spec) = nullptr;
   std::unique_ptr<Linear> (*make_linear)(const LinearSpec& spec);
   std::unique_ptr<BatchNorm2d> (*make_batch_norm)(const BatchNormSpec& spec);
+  // Whether make_batch_norm takes BatchNormSpec::relu; where not, kernels/batch_norm.cpp
+  // runs the backend's BatchNorm and ReLU one after the other.
+  bool batch_norm_fuses_relu = false;
   std::unique_ptr<GroupNorm> (*make_group_norm)(const GroupNormSpec& spec);
   std::unique_ptr<Pool2d> (*make_pool2d)(const Pool2dSpec& spec);
   void (*global_avg_pool_forward)(const Tensor& x, Tensor& y);

@@ -5,6 +5,7 @@
 #include "kernels/backend_table.hpp"
 #include "kernels/core/error.hpp"
 #include "kernels/core/tensor_checks.hpp"
+#include "kernels/elementwise.hpp"
 
 namespace bigtrain::kernels {
 
@@ -18,11 +19,13 @@ void validate(const BatchNormSpec& s) {
 }
 
 // Checks every call's arguments against the spec, then runs the backend; shared by
-// every backend, so each implementation can assume well-formed arguments.
+// every backend, so each implementation can assume well-formed arguments. For a
+// spec with ReLU on a backend that cannot fuse it, runs the two ops in turn.
 class CheckedBatchNorm2d final : public BatchNorm2d {
  public:
-  CheckedBatchNorm2d(Backend backend, const BatchNormSpec& spec, std::unique_ptr<BatchNorm2d> impl)
-      : backend_(backend), spec_(spec), impl_(std::move(impl)) {}
+  CheckedBatchNorm2d(Backend backend, const BatchNormSpec& spec, std::unique_ptr<BatchNorm2d> impl,
+                     bool impl_fuses_relu)
+      : backend_(backend), spec_(spec), impl_(std::move(impl)), composed_relu_(spec.relu && !impl_fuses_relu) {}
 
   void forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y, Tensor& save_mean,
                         Tensor& save_invstd, Tensor* running_mean, Tensor* running_var, float momentum) override {
@@ -45,6 +48,7 @@ class CheckedBatchNorm2d final : public BatchNorm2d {
     if (running_mean) expect_channel(*running_mean, "running_mean");
     if (running_var) expect_channel(*running_var, "running_var");
     impl_->forward_training(x, gamma, beta, y, save_mean, save_invstd, running_mean, running_var, momentum);
+    if (composed_relu_) relu_forward(backend_, y, y);
   }
   void forward_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
                          const Tensor& running_var, Tensor& y) override {
@@ -56,9 +60,11 @@ class CheckedBatchNorm2d final : public BatchNorm2d {
     expect_channel(running_var, "running_var");
     expect_data(y, "y");
     impl_->forward_inference(x, gamma, beta, running_mean, running_var, y);
+    if (composed_relu_) relu_forward(backend_, y, y);
   }
   void backward_training(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& save_mean,
-                         const Tensor& save_invstd, Tensor& dx, Tensor& dgamma, Tensor& dbeta) override {
+                         const Tensor& save_invstd, Tensor& dx, Tensor& dgamma, Tensor& dbeta,
+                         const Tensor* relu_output) override {
     require_support(Op::batch_norm, backend_, x.dtype());
     expect_data(x, "x");
     expect_data(dy, "dy");
@@ -68,10 +74,17 @@ class CheckedBatchNorm2d final : public BatchNorm2d {
     expect_data(dx, "dx");
     expect_channel(dgamma, "dgamma");
     expect_channel(dbeta, "dbeta");
-    impl_->backward_training(x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta);
+    expect_relu_output(relu_output);
+    if (composed_relu_) {
+      const Tensor masked = relu_gradient(*relu_output, dy);
+      impl_->backward_training(x, masked, gamma, save_mean, save_invstd, dx, dgamma, dbeta, nullptr);
+      return;
+    }
+    impl_->backward_training(x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta, relu_output);
   }
   void backward_inference(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& running_mean,
-                          const Tensor& running_var, Tensor& dx, Tensor& dgamma, Tensor& dbeta) override {
+                          const Tensor& running_var, Tensor& dx, Tensor& dgamma, Tensor& dbeta,
+                          const Tensor* relu_output) override {
     require_support(Op::batch_norm, backend_, x.dtype());
     expect_data(x, "x");
     expect_data(dy, "dy");
@@ -81,7 +94,13 @@ class CheckedBatchNorm2d final : public BatchNorm2d {
     expect_data(dx, "dx");
     expect_channel(dgamma, "dgamma");
     expect_channel(dbeta, "dbeta");
-    impl_->backward_inference(x, dy, gamma, running_mean, running_var, dx, dgamma, dbeta);
+    expect_relu_output(relu_output);
+    if (composed_relu_) {
+      const Tensor masked = relu_gradient(*relu_output, dy);
+      impl_->backward_inference(x, masked, gamma, running_mean, running_var, dx, dgamma, dbeta, nullptr);
+      return;
+    }
+    impl_->backward_inference(x, dy, gamma, running_mean, running_var, dx, dgamma, dbeta, relu_output);
   }
 
  private:
@@ -92,10 +111,22 @@ class CheckedBatchNorm2d final : public BatchNorm2d {
   }
   void expect_data(const Tensor& t, const char* name) const { expect(t, spec_.input_shape(), name); }
   void expect_channel(const Tensor& t, const char* name) const { expect(t, spec_.channel_shape(), name); }
+  void expect_relu_output(const Tensor* relu_output) const {
+    BT_CHECK((relu_output != nullptr) == spec_.relu,
+             "batch_norm: backward takes the forward's output exactly when ReLU is fused ({})",
+             spec_.relu ? "it is, none given" : "it is not, one given");
+    if (relu_output) expect_data(*relu_output, "relu_output");
+  }
+  Tensor relu_gradient(const Tensor& relu_output, const Tensor& dy) const {
+    Tensor masked = Tensor::empty(dy.shape(), DType::f32, dy.device());
+    relu_backward(backend_, relu_output, dy, masked);
+    return masked;
+  }
 
   Backend backend_;
   BatchNormSpec spec_;
   std::unique_ptr<BatchNorm2d> impl_;
+  bool composed_relu_;
 };
 
 }  // namespace
@@ -104,7 +135,10 @@ std::unique_ptr<BatchNorm2d> make_batch_norm(Backend backend, const BatchNormSpe
   // Built for float32 tensors; each call asks again with its tensors' dtype.
   const BackendTable& table = dispatch(Op::batch_norm, backend, DType::f32);
   validate(spec);
-  return std::make_unique<CheckedBatchNorm2d>(backend, spec, table.make_batch_norm(spec));
+  BatchNormSpec backend_spec = spec;
+  backend_spec.relu = spec.relu && table.batch_norm_fuses_relu;
+  return std::make_unique<CheckedBatchNorm2d>(backend, spec, table.make_batch_norm(backend_spec),
+                                              table.batch_norm_fuses_relu);
 }
 
 }  // namespace bigtrain::kernels

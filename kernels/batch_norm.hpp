@@ -12,6 +12,12 @@ namespace bigtrain::kernels {
 struct BatchNormSpec {
   std::int64_t batch = 1, channels = 1, height = 1, width = 1;
   float epsilon = 1e-5f;
+  // ReLU on the output in the same pass, as oneDNN's fuse_norm_relu flag: forward
+  // writes relu(bn(x)), and backward takes the gradient of that output with the
+  // output itself, whose positive entries are where the ReLU let gradient through.
+  // One pass over the activation less each way than the two layers, and no
+  // tensor for the gradient between them. Results equal BatchNorm then ReLU.
+  bool relu = false;
   Shape input_shape() const { return {batch, channels, height, width}; }
   Shape channel_shape() const { return {channels}; }
   friend bool operator==(const BatchNormSpec&, const BatchNormSpec&) = default;
@@ -30,12 +36,14 @@ class BatchNorm2d {
   virtual void forward_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                  const Tensor& running_mean, const Tensor& running_var, Tensor& y) = 0;
   // Gradients through the batch statistics; overwrites dx, dgamma, dbeta.
+  // `relu_output` is the forward's y when spec.relu, else null.
   virtual void backward_training(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& save_mean,
-                                 const Tensor& save_invstd, Tensor& dx, Tensor& dgamma, Tensor& dbeta) = 0;
+                                 const Tensor& save_invstd, Tensor& dx, Tensor& dgamma, Tensor& dbeta,
+                                 const Tensor* relu_output) = 0;
   // Gradients with the running statistics held constant (frozen BatchNorm).
   virtual void backward_inference(const Tensor& x, const Tensor& dy, const Tensor& gamma,
                                   const Tensor& running_mean, const Tensor& running_var, Tensor& dx,
-                                  Tensor& dgamma, Tensor& dbeta) = 0;
+                                  Tensor& dgamma, Tensor& dbeta, const Tensor* relu_output) = 0;
 };
 
 std::unique_ptr<BatchNorm2d> make_batch_norm(Backend backend, const BatchNormSpec& spec);

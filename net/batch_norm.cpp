@@ -19,7 +19,14 @@ kernels::BatchNorm2d& BatchNorm2d::op(Backend backend, const kernels::BatchNormS
                   [](Backend b, const kernels::BatchNormSpec& s) { return kernels::make_batch_norm(b, s); });
 }
 
-Tensor BatchNorm2d::forward(const Tensor& x, const ForwardContext& ctx) {
+Tensor BatchNorm2d::forward(const Tensor& x, const ForwardContext& ctx) { return run_forward(x, ctx, false); }
+
+Tensor BatchNorm2d::forward_with_relu(const Tensor& x, ReLU& relu, const ForwardContext& ctx) {
+  if (!ctx.fuse_norm_relu || ctx.relu_input_hook) return NormLayer::forward_with_relu(x, relu, ctx);
+  return run_forward(x, ctx, true);
+}
+
+Tensor BatchNorm2d::run_forward(const Tensor& x, const ForwardContext& ctx, bool relu) {
   BT_CHECK(x.rank() == 4 && x.dim(1) == channels_, "batch norm `{}` expects [N,{},H,W], got {}", name(), channels_,
            x.describe());
   kernels::BatchNormSpec spec;
@@ -28,13 +35,14 @@ Tensor BatchNorm2d::forward(const Tensor& x, const ForwardContext& ctx) {
   spec.height = x.dim(2);
   spec.width = x.dim(3);
   spec.epsilon = kEpsilon;
+  spec.relu = relu;
   kernels::BatchNorm2d& bn = op(ctx.backend, spec);
   const Device device = backend_device(ctx.backend);
   Tensor y = Tensor::empty(x.shape(), DType::f32, device);
   const bool batch_statistics = ctx.training && !ctx.freeze_bn;
   if (!batch_statistics) {
     bn.forward_inference(x, weight_.value, bias_.value, running_mean_.value, running_var_.value, y);
-    if (ctx.keep_activations) saved_.push_back({ctx.backend, spec, false, x, {}, {}});
+    if (ctx.keep_activations) saved_.push_back({ctx.backend, spec, false, x, {}, {}, relu ? y : Tensor()});
     return y;
   }
   // PyTorch raises for a single value per channel; the variance is then undefined.
@@ -46,7 +54,8 @@ Tensor BatchNorm2d::forward(const Tensor& x, const ForwardContext& ctx) {
   bn.forward_training(x, weight_.value, bias_.value, y, save_mean, save_invstd, update ? &running_mean_.value : nullptr,
                       update ? &running_var_.value : nullptr, ctx.bn_momentum);
   if (update) ++num_batches_tracked_.value;
-  if (ctx.keep_activations) saved_.push_back({ctx.backend, spec, true, x, std::move(save_mean), std::move(save_invstd)});
+  if (ctx.keep_activations)
+    saved_.push_back({ctx.backend, spec, true, x, std::move(save_mean), std::move(save_invstd), relu ? y : Tensor()});
   return y;
 }
 
@@ -58,6 +67,12 @@ ReceptiveField BatchNorm2d::receptive_field(const ForwardContext& ctx) const {
   return ReceptiveField::identity();
 }
 
+Tensor BatchNorm2d::backward_with_relu(const Tensor& dy, ReLU& relu) {
+  BT_CHECK(!saved_.empty(), "batch norm `{}`: backward without a kept forward", name());
+  if (!saved_.back().spec.relu) return NormLayer::backward_with_relu(dy, relu);
+  return backward(dy);
+}
+
 Tensor BatchNorm2d::backward(const Tensor& dy) {
   BT_CHECK(!saved_.empty(), "batch norm `{}`: backward without a kept forward", name());
   Saved saved = std::move(saved_.back());
@@ -67,10 +82,13 @@ Tensor BatchNorm2d::backward(const Tensor& dy) {
   Tensor dx = Tensor::empty(saved.spec.input_shape(), DType::f32, device);
   Tensor dgamma = Tensor::empty({channels_}, DType::f32, device);
   Tensor dbeta = Tensor::empty({channels_}, DType::f32, device);
+  const Tensor* relu_output = saved.spec.relu ? &saved.y : nullptr;
   if (saved.batch_statistics)
-    bn.backward_training(saved.x, dy, weight_.value, saved.save_mean, saved.save_invstd, dx, dgamma, dbeta);
+    bn.backward_training(saved.x, dy, weight_.value, saved.save_mean, saved.save_invstd, dx, dgamma, dbeta,
+                         relu_output);
   else
-    bn.backward_inference(saved.x, dy, weight_.value, running_mean_.value, running_var_.value, dx, dgamma, dbeta);
+    bn.backward_inference(saved.x, dy, weight_.value, running_mean_.value, running_var_.value, dx, dgamma, dbeta,
+                          relu_output);
   weight_.accumulate_grad(saved.backend, std::move(dgamma));
   bias_.accumulate_grad(saved.backend, std::move(dbeta));
   return dx;

@@ -20,6 +20,12 @@ class BatchNorm2d final : public NormLayer {
 
   Tensor forward(const Tensor& x, const ForwardContext& ctx) override;
   Tensor backward(const Tensor& dy) override;
+  // Fused (kernels::BatchNormSpec::relu) unless ctx.fuse_norm_relu is off or a
+  // relu_input_hook must see the ReLU's input; `relu` then keeps nothing, this layer
+  // keeps the output it masks the gradient with (the buffer the next convolution
+  // keeps anyway).
+  Tensor forward_with_relu(const Tensor& x, ReLU& relu, const ForwardContext& ctx) override;
+  Tensor backward_with_relu(const Tensor& dy, ReLU& relu) override;
   LayerFootprint describe(const Shape& input, const PlanContext& ctx) const override;
   // Per position only with the running statistics (frozen, or not training).
   ReceptiveField receptive_field(const ForwardContext& ctx) const override;
@@ -36,12 +42,14 @@ class BatchNorm2d final : public NormLayer {
 
  private:
   kernels::BatchNorm2d& op(Backend backend, const kernels::BatchNormSpec& spec);
+  Tensor run_forward(const Tensor& x, const ForwardContext& ctx, bool relu);
 
   struct Saved {
     Backend backend;
-    kernels::BatchNormSpec spec;
+    kernels::BatchNormSpec spec;  // spec.relu: the forward was fused with a ReLU
     bool batch_statistics;  // false: normalised with the running statistics (frozen or eval)
     Tensor x, save_mean, save_invstd;
+    Tensor y;  // the fused ReLU's output, whose signs mask the gradient
   };
   std::int64_t channels_;
   Parameter weight_, bias_;

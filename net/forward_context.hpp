@@ -60,6 +60,10 @@ struct ForwardContext {
   // BatchNorm, residual add and ReLU as one op (net/conv_bn_fusion.hpp). Tests turn
   // it off to compare the fused network with the layer-by-layer one.
   bool fuse_conv_bn = true;
+  // A BatchNorm and the ReLU after it run as one op in every pass that runs them
+  // layer by layer (kernels::BatchNormSpec::relu; training included), bit for bit
+  // the two layers' results. Off only to measure what it saves or to test that.
+  bool fuse_norm_relu = true;
   // CPU: activations stay in oneDNN's blocked layout from one convolution to the
   // next (kernels::Conv2dSpec::blocked_outputs, Tensor::layout) instead of being
   // reordered into NCHW and back around each; off only to measure what it saves.

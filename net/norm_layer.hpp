@@ -8,6 +8,7 @@
 #include "net/layer.hpp"
 #include "net/model_spec.hpp"
 #include "net/parameter.hpp"
+#include "net/relu.hpp"
 
 namespace bigtrain::net {
 
@@ -16,6 +17,14 @@ class NormLayer : public Layer {
   using Layer::Layer;
   virtual Parameter& weight() = 0;
   virtual Parameter& bias() = 0;
+
+  // This layer, then `relu` on its output: where the layer can, in one pass over
+  // memory each way (BatchNorm2d), else the two layers in turn. The backward undoes
+  // the most recent kept forward_with_relu.
+  virtual Tensor forward_with_relu(const Tensor& x, ReLU& relu, const ForwardContext& ctx) {
+    return relu.forward(forward(x, ctx), ctx);
+  }
+  virtual Tensor backward_with_relu(const Tensor& dy, ReLU& relu) { return backward(relu.backward(dy)); }
 };
 
 struct NormChoice {

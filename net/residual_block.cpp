@@ -141,15 +141,14 @@ BasicBlock::BasicBlock(std::string name, std::int64_t in_channels, std::int64_t 
 // expression alive to its end), so inference holds two activations at a time.
 Tensor BasicBlock::main_forward(const Tensor& x, const ForwardContext& ctx) {
   Tensor h = conv1_->forward(x, ctx);
-  h = bn1_->forward(h, ctx);
-  h = relu1_.forward(h, ctx);
+  h = bn1_->forward_with_relu(h, relu1_, ctx);
   h = conv2_->forward(h, ctx);
   return bn2_->forward(h, ctx);
 }
 
 Tensor BasicBlock::main_backward(const Tensor& dy) {
   Tensor d = conv2_->backward(bn2_->backward(dy));
-  return conv1_->backward(bn1_->backward(relu1_.backward(d)));
+  return conv1_->backward(bn1_->backward_with_relu(d, relu1_));
 }
 
 std::vector<const Layer*> BasicBlock::main_layers() const {
@@ -194,19 +193,17 @@ Bottleneck::Bottleneck(std::string name, std::int64_t in_channels, std::int64_t 
 
 Tensor Bottleneck::main_forward(const Tensor& x, const ForwardContext& ctx) {
   Tensor h = conv1_->forward(x, ctx);
-  h = bn1_->forward(h, ctx);
-  h = relu1_.forward(h, ctx);
+  h = bn1_->forward_with_relu(h, relu1_, ctx);
   h = conv2_->forward(h, ctx);
-  h = bn2_->forward(h, ctx);
-  h = relu2_.forward(h, ctx);
+  h = bn2_->forward_with_relu(h, relu2_, ctx);
   h = conv3_->forward(h, ctx);
   return bn3_->forward(h, ctx);
 }
 
 Tensor Bottleneck::main_backward(const Tensor& dy) {
-  Tensor d = relu2_.backward(conv3_->backward(bn3_->backward(dy)));
-  d = relu1_.backward(conv2_->backward(bn2_->backward(d)));
-  return conv1_->backward(bn1_->backward(d));
+  Tensor d = conv3_->backward(bn3_->backward(dy));
+  d = conv2_->backward(bn2_->backward_with_relu(d, relu2_));
+  return conv1_->backward(bn1_->backward_with_relu(d, relu1_));
 }
 
 std::vector<const Layer*> Bottleneck::main_layers() const {

@@ -3,8 +3,20 @@
 #include "kernels/core/error.hpp"
 #include "net/conv_bn_fusion.hpp"
 #include "net/memory_plan.hpp"
+#include "net/norm_layer.hpp"
 
 namespace bigtrain::net {
+
+namespace {
+
+// The normalisation layer a ReLU at `index` follows, if it does: the pair runs as
+// one (NormLayer::forward_with_relu), as in the stem.
+NormLayer* norm_before_relu(const std::vector<std::unique_ptr<Layer>>& layers, std::size_t index) {
+  if (index == 0 || dynamic_cast<ReLU*>(layers[index].get()) == nullptr) return nullptr;
+  return dynamic_cast<NormLayer*>(layers[index - 1].get());
+}
+
+}  // namespace
 
 Tensor Sequential::forward(const Tensor& x, const ForwardContext& ctx) {
   if (fuses_conv_bn(ctx)) {
@@ -13,18 +25,30 @@ Tensor Sequential::forward(const Tensor& x, const ForwardContext& ctx) {
     return forward_fusing_conv_bn(layers, x, ctx);
   }
   Tensor h = x;
-  for (auto& layer : layers_) h = layer->forward(h, ctx);  // the previous h is freed unless a layer kept it
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    // The previous h is freed unless a layer kept it.
+    if (i + 1 < layers_.size() && norm_before_relu(layers_, i + 1) != nullptr) {
+      h = static_cast<NormLayer&>(*layers_[i]).forward_with_relu(h, static_cast<ReLU&>(*layers_[i + 1]), ctx);
+      ++i;
+    } else {
+      h = layers_[i]->forward(h, ctx);
+    }
+  }
   return h;
 }
 
 Tensor Sequential::backward(const Tensor& dy) {
   Tensor d = dy;
-  for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) {
-    d = (*it)->backward(d);
+  for (std::size_t i = layers_.size(); i-- > 0;) {
+    if (NormLayer* norm = norm_before_relu(layers_, i)) {
+      d = norm->backward_with_relu(d, static_cast<ReLU&>(*layers_[i]));
+      --i;
+    } else {
+      d = layers_[i]->backward(d);
+    }
     // Only the first layer may skip its input gradient (the image's): a layer
     // further in would leave the layers before it holding unusable activations.
-    BT_CHECK(d.defined() || std::next(it) == layers_.rend(),
-             "`{}`: a layer inside the network returned no input gradient", name());
+    BT_CHECK(d.defined() || i == 0, "`{}`: a layer inside the network returned no input gradient", name());
   }
   return d;
 }

@@ -44,6 +44,7 @@ const BackendTable& backend_table() {
       .conv2d_library_scratch = cpu::conv2d_library_scratch,
       .make_linear = cpu::make_linear,
       .make_batch_norm = cpu::make_batch_norm,
+      .batch_norm_fuses_relu = true,
       .make_group_norm = cpu::make_group_norm,
       .make_pool2d = cpu::make_pool2d,
       .global_avg_pool_forward = cpu::global_avg_pool_forward,

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/cpu/elementwise.hpp"
 #include "kernels/cpu/moment_sums.hpp"
 
 namespace bigtrain::kernels::cpu {
@@ -18,8 +19,9 @@ namespace bigtrain::kernels::cpu {
 // the forward pass (256 x 56 x 56: 1.11 vs 1.14 ms) and lose 10-45% backward on
 // the large tensors (2.17 vs 1.92 ms; 512 x 28 x 28 0.97 vs 0.66): ~4 ms of a
 // 600 ms ResNet-50 training step, not worth giving up results that are the same
-// bits for any thread count. What would pay is fusing the ReLU that follows
-// (one pass less each way, ~6-11 ms a step), which needs the layers fused too.
+// bits for any thread count. The ReLU that follows is fused into the blocked
+// loops instead (BatchNormSpec::relu): the forward clamps as it writes, the
+// backward masks the gradient as it reads it.
 // NCHW suits a per-channel op: each (n, c) plane is contiguous, so every channel
 // is N simple vectorisable streams, and channels are independent (parallel, and
 // deterministic whatever the thread count: each channel sums in a fixed order).
@@ -93,12 +95,31 @@ void blocked_moments(const Groups<K>& groups, const float* x, std::int64_t g, co
   }
 }
 
-template <int K>
-void blocked_gradient_sums(const Groups<K>& groups, const float* x, const float* dy, std::int64_t g,
+// The gradient reaching the BatchNorm output: dy itself, or with a fused ReLU dy
+// where its output y > 0, else 0, exactly as relu_backward computes it (the
+// gradient loaded unconditionally, so the choice is a blend, not a branch).
+template <bool Relu>
+inline float through_relu(const float* y, const float* dy, std::int64_t i) {
+  const float gradient = dy[i];
+  if constexpr (Relu) return y[i] > 0.0f ? gradient : 0.0f;
+  return gradient;
+}
+
+// Out-of-place: y = max(v, 0) keeping NaN, as relu_forward.
+template <bool Relu>
+inline float clamp_if(float v) {
+  if constexpr (Relu) return v < 0.0f ? 0.0f : v;
+  return v;
+}
+
+// y is the fused ReLU's output (null without one).
+template <int K, bool Relu>
+void blocked_gradient_sums(const Groups<K>& groups, const float* x, const float* y, const float* dy, std::int64_t g,
                            const float* mean, double* sum_dy, double* sum_dy_xmu) {
   for (int k = 0; k < K; ++k) sum_dy[k] = sum_dy_xmu[k] = 0.0;
   for (std::int64_t n = 0; n < groups.spec.batch; ++n) {
     const float* xp = x + groups.offset(n, g);
+    const float* yp = Relu ? y + groups.offset(n, g) : nullptr;
     const float* dp = dy + groups.offset(n, g);
     for (std::int64_t begin = 0; begin < groups.plane(); begin += kMomentChunk) {
       const std::int64_t end = std::min(groups.plane(), begin + kMomentChunk);
@@ -106,16 +127,18 @@ void blocked_gradient_sums(const Groups<K>& groups, const float* x, const float*
       for (std::int64_t i = begin; i < end; ++i)
 #pragma omp simd
         for (int k = 0; k < K; ++k) {
-          s[k] += dp[i * K + k];
-          sx[k] += dp[i * K + k] * (xp[i * K + k] - mean[k]);
+          const float d = through_relu<Relu>(yp, dp, i * K + k);
+          s[k] += d;
+          sx[k] += d * (xp[i * K + k] - mean[k]);
         }
       for (int k = 0; k < K; ++k) sum_dy[k] += s[k], sum_dy_xmu[k] += sx[k];
     }
   }
 }
 
-// out = a * in + b per channel over one group (in may alias out).
-template <int K>
+// out = a * in + b per channel over one group (in may alias out), then the fused
+// ReLU's clamp.
+template <int K, bool Relu>
 void blocked_affine(const Groups<K>& groups, const float* in, float* out, std::int64_t g, const float* a,
                     const float* b) {
   for (std::int64_t n = 0; n < groups.spec.batch; ++n) {
@@ -123,7 +146,7 @@ void blocked_affine(const Groups<K>& groups, const float* in, float* out, std::i
     float* op = out + groups.offset(n, g);
     for (std::int64_t i = 0; i < groups.plane(); ++i)
 #pragma omp simd
-      for (int k = 0; k < K; ++k) op[i * K + k] = a[k] * ip[i * K + k] + b[k];
+      for (int k = 0; k < K; ++k) op[i * K + k] = clamp_if<Relu>(a[k] * ip[i * K + k] + b[k]);
   }
 }
 
@@ -141,7 +164,7 @@ TrainingStatistics training_statistics(float shift, double sum, double squares, 
           centred_squares / (count - 1.0)};
 }
 
-template <int K>
+template <int K, bool Relu>
 void blocked_forward_training(const BatchNormSpec& spec, const float* xs, const float* gamma, const float* beta,
                               float* ys, float* mean_out, float* invstd_out, float* rm, float* rv, float momentum) {
   const Groups<K> groups{spec};
@@ -165,11 +188,11 @@ void blocked_forward_training(const BatchNormSpec& spec, const float* xs, const 
       a[k] = static_cast<float>(scale);
       b[k] = static_cast<float>(beta[c] - stats.mean * scale);
     }
-    blocked_affine(groups, xs, ys, g, a, b);
+    blocked_affine<K, Relu>(groups, xs, ys, g, a, b);
   }
 }
 
-template <int K>
+template <int K, bool Relu>
 void blocked_forward_inference(const BatchNormSpec& spec, const float* xs, const float* gamma, const float* beta,
                                const float* rm, const float* rv, float* ys) {
   const Groups<K> groups{spec};
@@ -182,13 +205,15 @@ void blocked_forward_inference(const BatchNormSpec& spec, const float* xs, const
       a[k] = static_cast<float>(scale);
       b[k] = static_cast<float>(beta[c] - rm[c] * scale);
     }
-    blocked_affine(groups, xs, ys, g, a, b);
+    blocked_affine<K, Relu>(groups, xs, ys, g, a, b);
   }
 }
 
-template <int K>
-void blocked_backward_training(const BatchNormSpec& spec, const float* xs, const float* dys, const float* gamma,
-                               const float* mean, const float* inv, float* dxs, float* dg, float* db) {
+// ys: the fused ReLU's output (null without one).
+template <int K, bool Relu>
+void blocked_backward_training(const BatchNormSpec& spec, const float* xs, const float* ys, const float* dys,
+                               const float* gamma, const float* mean, const float* inv, float* dxs, float* dg,
+                               float* db) {
   const Groups<K> groups{spec};
   const double count = static_cast<double>(spec.batch * groups.plane());
 #pragma omp parallel for schedule(static)
@@ -196,7 +221,7 @@ void blocked_backward_training(const BatchNormSpec& spec, const float* xs, const
     double sum_dy[K], sum_dy_xmu[K];
     float m[K], scale[K], mean_dy[K], xmu_scale[K];
     for (int k = 0; k < K; ++k) m[k] = mean[g * K + k];
-    blocked_gradient_sums(groups, xs, dys, g, m, sum_dy, sum_dy_xmu);
+    blocked_gradient_sums<K, Relu>(groups, xs, ys, dys, g, m, sum_dy, sum_dy_xmu);
     for (int k = 0; k < K; ++k) {
       const std::int64_t c = g * K + k;
       const double invstd = inv[c];
@@ -208,26 +233,29 @@ void blocked_backward_training(const BatchNormSpec& spec, const float* xs, const
     }
     for (std::int64_t n = 0; n < spec.batch; ++n) {
       const float* xp = xs + groups.offset(n, g);
+      const float* yp = Relu ? ys + groups.offset(n, g) : nullptr;
       const float* dp = dys + groups.offset(n, g);
       float* op = dxs + groups.offset(n, g);
       for (std::int64_t i = 0; i < groups.plane(); ++i)
 #pragma omp simd
         for (int k = 0; k < K; ++k)
-          op[i * K + k] = scale[k] * (dp[i * K + k] - mean_dy[k] - (xp[i * K + k] - m[k]) * xmu_scale[k]);
+          op[i * K + k] =
+              scale[k] * (through_relu<Relu>(yp, dp, i * K + k) - mean_dy[k] - (xp[i * K + k] - m[k]) * xmu_scale[k]);
     }
   }
 }
 
-template <int K>
-void blocked_backward_inference(const BatchNormSpec& spec, const float* xs, const float* dys, const float* gamma,
-                                const float* rm, const float* rv, float* dxs, float* dg, float* db) {
+template <int K, bool Relu>
+void blocked_backward_inference(const BatchNormSpec& spec, const float* xs, const float* ys, const float* dys,
+                                const float* gamma, const float* rm, const float* rv, float* dxs, float* dg,
+                                float* db) {
   const Groups<K> groups{spec};
 #pragma omp parallel for schedule(static)
   for (std::int64_t g = 0; g < groups.count(); ++g) {
     double sum_dy[K], sum_dy_xmu[K];
-    float m[K], a[K], zero[K] = {};
+    float m[K], a[K];
     for (int k = 0; k < K; ++k) m[k] = rm[g * K + k];
-    blocked_gradient_sums(groups, xs, dys, g, m, sum_dy, sum_dy_xmu);
+    blocked_gradient_sums<K, Relu>(groups, xs, ys, dys, g, m, sum_dy, sum_dy_xmu);
     for (int k = 0; k < K; ++k) {
       const std::int64_t c = g * K + k;
       const double invstd = 1.0 / std::sqrt(static_cast<double>(rv[c]) + spec.epsilon);
@@ -235,17 +263,31 @@ void blocked_backward_inference(const BatchNormSpec& spec, const float* xs, cons
       db[c] = static_cast<float>(sum_dy[k]);
       a[k] = static_cast<float>(gamma[c] * invstd);
     }
-    blocked_affine(groups, dys, dxs, g, a, zero);
+    // dx = a * dy + 0, as the plain loop's affine() computes it.
+    for (std::int64_t n = 0; n < spec.batch; ++n) {
+      const float* yp = Relu ? ys + groups.offset(n, g) : nullptr;
+      const float* dp = dys + groups.offset(n, g);
+      float* op = dxs + groups.offset(n, g);
+      for (std::int64_t i = 0; i < groups.plane(); ++i)
+#pragma omp simd
+        for (int k = 0; k < K; ++k) op[i * K + k] = a[k] * through_relu<Relu>(yp, dp, i * K + k) + 0.0f;
+    }
   }
 }
 
-// Calls body.template operator()<K>() for the block of `layout` (8 or 16).
+// Calls body.template operator()<K, Relu>() for the block of `layout` (8 or 16).
 template <typename Body>
-void with_block(Layout layout, Body&& body) {
-  if (layout == Layout::blocked8)
-    body.template operator()<8>();
-  else
-    body.template operator()<16>();
+void with_block(Layout layout, bool relu, Body&& body) {
+  if (layout == Layout::blocked8) {
+    if (relu)
+      body.template operator()<8, true>();
+    else
+      body.template operator()<8, false>();
+  } else if (relu) {
+    body.template operator()<16, true>();
+  } else {
+    body.template operator()<16, false>();
+  }
 }
 
 // The layout a pass runs in: its main input's, unless the output is a view that
@@ -263,8 +305,8 @@ class LoopBatchNorm2d final : public BatchNorm2d {
       y.set_layout(layout);
       float* rm = running_mean ? running_mean->f32() : nullptr;
       float* rv = running_var ? running_var->f32() : nullptr;
-      with_block(layout, [&]<int K>() {
-        blocked_forward_training<K>(spec_, input.data<float>(), gamma.f32(), beta.f32(), y.data<float>(),
+      with_block(layout, spec_.relu, [&]<int K, bool Relu>() {
+        blocked_forward_training<K, Relu>(spec_, input.data<float>(), gamma.f32(), beta.f32(), y.data<float>(),
                                     save_mean.f32(), save_invstd.f32(), rm, rv, momentum);
       });
       return;
@@ -296,6 +338,7 @@ class LoopBatchNorm2d final : public BatchNorm2d {
       const double a = static_cast<double>(g[c]) * stats.invstd;
       affine(planes, xs, ys, c, static_cast<float>(a), static_cast<float>(b[c] - stats.mean * a));
     }
+    if (spec_.relu) relu_forward(y, y);  // plain tensors (channels no block divides) are rare: not fused
   }
 
   void forward_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
@@ -303,8 +346,8 @@ class LoopBatchNorm2d final : public BatchNorm2d {
     if (const Layout layout = pass_layout(x, y); layout != Layout::plain) {
       const Tensor input = x.to_layout(layout);
       y.set_layout(layout);
-      with_block(layout, [&]<int K>() {
-        blocked_forward_inference<K>(spec_, input.data<float>(), gamma.f32(), beta.f32(), running_mean.f32(),
+      with_block(layout, spec_.relu, [&]<int K, bool Relu>() {
+        blocked_forward_inference<K, Relu>(spec_, input.data<float>(), gamma.f32(), beta.f32(), running_mean.f32(),
                                      running_var.f32(), y.data<float>());
       });
       return;
@@ -319,23 +362,26 @@ class LoopBatchNorm2d final : public BatchNorm2d {
       const double a = g[c] / std::sqrt(static_cast<double>(rv[c]) + spec_.epsilon);
       affine(planes, xs, ys, c, static_cast<float>(a), static_cast<float>(b[c] - rm[c] * a));
     }
+    if (spec_.relu) relu_forward(y, y);
   }
 
   void backward_training(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& save_mean,
-                         const Tensor& save_invstd, Tensor& dx, Tensor& dgamma, Tensor& dbeta) override {
+                         const Tensor& save_invstd, Tensor& dx, Tensor& dgamma, Tensor& dbeta,
+                         const Tensor* relu_output) override {
     if (const Layout layout = pass_layout(x, dx); layout != Layout::plain) {
       const Tensor input = x.to_layout(layout), gradient = dy.to_layout(layout);
+      const Tensor output = relu_output ? relu_output->to_layout(layout) : Tensor();
       dx.set_layout(layout);
-      with_block(layout, [&]<int K>() {
-        blocked_backward_training<K>(spec_, input.data<float>(), gradient.data<float>(), gamma.f32(),
-                                     save_mean.f32(), save_invstd.f32(), dx.data<float>(), dgamma.f32(),
-                                     dbeta.f32());
+      with_block(layout, spec_.relu, [&]<int K, bool Relu>() {
+        blocked_backward_training<K, Relu>(spec_, input.data<float>(), Relu ? output.data<float>() : nullptr,
+                                           gradient.data<float>(), gamma.f32(), save_mean.f32(), save_invstd.f32(),
+                                           dx.data<float>(), dgamma.f32(), dbeta.f32());
       });
       return;
     }
     dx.set_layout(Layout::plain);
     const Planes planes{spec_};
-    const Tensor input = x.to_plain(), gradient = dy.to_plain();
+    const Tensor input = x.to_plain(), gradient = plain_gradient(dy, relu_output);
     const float *xs = input.f32(), *dys = gradient.f32(), *g = gamma.f32(), *mean = save_mean.f32(), *inv = save_invstd.f32();
     float *dxs = dx.f32(), *dg = dgamma.f32(), *db = dbeta.f32();
     const double count = static_cast<double>(planes.count());
@@ -363,20 +409,22 @@ class LoopBatchNorm2d final : public BatchNorm2d {
   }
 
   void backward_inference(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& running_mean,
-                          const Tensor& running_var, Tensor& dx, Tensor& dgamma, Tensor& dbeta) override {
+                          const Tensor& running_var, Tensor& dx, Tensor& dgamma, Tensor& dbeta,
+                          const Tensor* relu_output) override {
     if (const Layout layout = pass_layout(x, dx); layout != Layout::plain) {
       const Tensor input = x.to_layout(layout), gradient = dy.to_layout(layout);
+      const Tensor output = relu_output ? relu_output->to_layout(layout) : Tensor();
       dx.set_layout(layout);
-      with_block(layout, [&]<int K>() {
-        blocked_backward_inference<K>(spec_, input.data<float>(), gradient.data<float>(), gamma.f32(),
-                                      running_mean.f32(), running_var.f32(), dx.data<float>(), dgamma.f32(),
-                                      dbeta.f32());
+      with_block(layout, spec_.relu, [&]<int K, bool Relu>() {
+        blocked_backward_inference<K, Relu>(spec_, input.data<float>(), Relu ? output.data<float>() : nullptr,
+                                            gradient.data<float>(), gamma.f32(), running_mean.f32(),
+                                            running_var.f32(), dx.data<float>(), dgamma.f32(), dbeta.f32());
       });
       return;
     }
     dx.set_layout(Layout::plain);
     const Planes planes{spec_};
-    const Tensor input = x.to_plain(), gradient = dy.to_plain();
+    const Tensor input = x.to_plain(), gradient = plain_gradient(dy, relu_output);
     const float *xs = input.f32(), *dys = gradient.f32(), *g = gamma.f32(), *rm = running_mean.f32(), *rv = running_var.f32();
     float *dxs = dx.f32(), *dg = dgamma.f32(), *db = dbeta.f32();
 #pragma omp parallel for schedule(static)
@@ -392,6 +440,14 @@ class LoopBatchNorm2d final : public BatchNorm2d {
   }
 
  private:
+  // dy in NCHW, through the ReLU's mask when one is fused.
+  Tensor plain_gradient(const Tensor& dy, const Tensor* relu_output) const {
+    if (!spec_.relu) return dy.to_plain();
+    Tensor masked = Tensor::empty(dy.shape());
+    relu_backward(relu_output->to_plain(), dy.to_plain(), masked);
+    return masked;
+  }
+
   BatchNormSpec spec_;
 };
 

@@ -57,7 +57,8 @@ class CudnnBatchNorm2d final : public BatchNorm2d {
   }
 
   void backward_training(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& save_mean,
-                         const Tensor& save_invstd, Tensor& dx, Tensor& dgamma, Tensor& dbeta) override {
+                         const Tensor& save_invstd, Tensor& dx, Tensor& dgamma, Tensor& dbeta,
+                         const Tensor* /*relu_output: spec.relu never reaches here*/) override {
     context_.activate();
     // Betas of zero: dx, dgamma and dbeta are overwritten, as the interface says.
     BT_CUDNN_CHECK(cudnnBatchNormalizationBackward(
@@ -67,7 +68,8 @@ class CudnnBatchNorm2d final : public BatchNorm2d {
   }
 
   void backward_inference(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& running_mean,
-                          const Tensor& running_var, Tensor& dx, Tensor& dgamma, Tensor& dbeta) override {
+                          const Tensor& running_var, Tensor& dx, Tensor& dgamma, Tensor& dbeta,
+                         const Tensor* /*relu_output: spec.relu never reaches here*/) override {
     context_.activate();
     BT_CUDA_CHECK(::bigtrain::cuda::launch::batch_norm_backward_frozen(
         x.data<float>(), dy.data<float>(), gamma.data<float>(), running_mean.data<float>(),

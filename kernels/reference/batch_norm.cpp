@@ -139,12 +139,14 @@ class ReferenceBatchNorm2d final : public BatchNorm2d {
                                  y.f32());
   }
   void backward_training(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& save_mean,
-                         const Tensor& save_invstd, Tensor& dx, Tensor& dgamma, Tensor& dbeta) override {
+                         const Tensor& save_invstd, Tensor& dx, Tensor& dgamma, Tensor& dbeta,
+                         const Tensor* /*relu_output: spec.relu never reaches here*/) override {
     batch_norm_backward_training(spec_, x.f32(), dy.f32(), gamma.f32(), save_mean.f32(), save_invstd.f32(), dx.f32(),
                                  dgamma.f32(), dbeta.f32());
   }
   void backward_inference(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& running_mean,
-                          const Tensor& running_var, Tensor& dx, Tensor& dgamma, Tensor& dbeta) override {
+                          const Tensor& running_var, Tensor& dx, Tensor& dgamma, Tensor& dbeta,
+                         const Tensor* /*relu_output: spec.relu never reaches here*/) override {
     batch_norm_backward_inference(spec_, x.f32(), dy.f32(), gamma.f32(), running_mean.f32(), running_var.f32(),
                                   dx.f32(), dgamma.f32(), dbeta.f32());
   }

@@ -146,7 +146,8 @@ TEST_P(BatchNormBackend, BackwardTraining) {
 
   Tensor dx = nan_tensor(s.input_shape(), backend()), dgamma = nan_tensor(s.channel_shape(), backend()),
          dbeta = nan_tensor(s.channel_shape(), backend());
-  op_->backward_training(dev(in_.x), dev(in_.dy), dev(in_.gamma), dev(mean), dev(invstd), dx, dgamma, dbeta);
+  op_->backward_training(dev(in_.x), dev(in_.dy), dev(in_.gamma), dev(mean), dev(invstd), dx, dgamma, dbeta,
+                         nullptr);
 
   std::vector<double> dx_ref(numel(s.input_shape())), dgamma_ref(s.channels), dbeta_ref(s.channels);
   reference::batch_norm_backward_training<double>(s, to_doubles(in_.x).data(), to_doubles(in_.dy).data(),
@@ -173,7 +174,7 @@ TEST_P(BatchNormBackend, BackwardInference) {
   Tensor dx = nan_tensor(s.input_shape(), backend()), dgamma = nan_tensor(s.channel_shape(), backend()),
          dbeta = nan_tensor(s.channel_shape(), backend());
   op_->backward_inference(dev(in_.x), dev(in_.dy), dev(in_.gamma), dev(in_.running_mean), dev(in_.running_var), dx,
-                          dgamma, dbeta);
+                          dgamma, dbeta, nullptr);
   std::vector<double> dx_ref(numel(s.input_shape())), dgamma_ref(s.channels), dbeta_ref(s.channels);
   reference::batch_norm_backward_inference<double>(
       s, to_doubles(in_.x).data(), to_doubles(in_.dy).data(), to_doubles(in_.gamma).data(),

@@ -87,10 +87,10 @@ TEST_P(BlockedLayout, BatchNormPassesEqualThePlainOnes) {
     op->forward_inference(xin, gamma, beta, rm, rv, o.y_inference);
     o.dx = Tensor::empty(spec.input_shape()), o.dgamma = Tensor::empty({spec.channels});
     o.dbeta = Tensor::empty({spec.channels});
-    op->backward_training(xin, dyin, gamma, o.mean, o.invstd, o.dx, o.dgamma, o.dbeta);
+    op->backward_training(xin, dyin, gamma, o.mean, o.invstd, o.dx, o.dgamma, o.dbeta, nullptr);
     o.dx_inference = Tensor::empty(spec.input_shape()), o.dgamma_i = Tensor::empty({spec.channels});
     o.dbeta_i = Tensor::empty({spec.channels});
-    op->backward_inference(xin, dyin, gamma, rm, rv, o.dx_inference, o.dgamma_i, o.dbeta_i);
+    op->backward_inference(xin, dyin, gamma, rm, rv, o.dx_inference, o.dgamma_i, o.dbeta_i, nullptr);
     return o;
   };
   const Outputs plain = run(Layout::plain), blocked = run(layout);
