@@ -4,6 +4,10 @@
 //   bench_net_cpp ceiling [--iters N]
 //       one large oneDNN 3x3 convolution (blocked layouts, the best oneDNN does on this
 //       machine): the GFLOP/s ceiling the models are measured against.
+//   bench_net_cpp norm-relu [--iters N]
+//       BatchNorm (training) + ReLU, forward and backward, as one op against the two
+//       ops, on ResNet-50's pairs at batch 8 and 224 (blocked, as in the network),
+//       alternating per repetition.
 //   bench_net_cpp model --preset resnet18 --tile 224 --batch 8 --mode train|infer
 //       training steps (forward, cross-entropy, backward, SGD step) or inference
 //       forwards of an encoder + 2-class head with 1 input channel; --precision bf16
@@ -27,10 +31,12 @@
 #include <omp.h>
 #include <spdlog/spdlog.h>
 
+#include "kernels/batch_norm.hpp"
 #include "kernels/core/allocator.hpp"
 #include "kernels/core/error.hpp"
 #include "kernels/cpu/dnnl_context.hpp"
 #include "kernels/cross_entropy.hpp"
+#include "kernels/elementwise.hpp"
 #include "net/model.hpp"
 #include "net/optimizer.hpp"
 
@@ -143,6 +149,68 @@ nlohmann::json run_ceiling(int warmup, int iters) {
           {"iters", iters}};
 }
 
+// ---- BatchNorm + ReLU -------------------------------------------------------------
+
+nlohmann::json run_norm_relu(int warmup, int iters) {
+  struct Pair {
+    std::int64_t channels, side, per_step;  // how many such pairs a ResNet-50 step at 224 runs
+  };
+  const std::vector<Pair> pairs = {{64, 112, 1}, {64, 56, 6},  {128, 56, 1}, {128, 28, 7},
+                                   {256, 28, 1}, {256, 14, 11}, {512, 14, 1}, {512, 7, 5}};
+  const Backend cpu = Backend::cpu;
+  nlohmann::json rows = nlohmann::json::array();
+  double fused_step = 0.0, separate_step = 0.0;
+  for (const Pair& pair : pairs) {
+    kernels::BatchNormSpec spec;
+    spec.batch = 8, spec.channels = pair.channels, spec.height = spec.width = pair.side;
+    kernels::BatchNormSpec fused_spec = spec;
+    fused_spec.relu = true;
+    auto separate = kernels::make_batch_norm(cpu, spec), fused = kernels::make_batch_norm(cpu, fused_spec);
+    Tensor x = Tensor::empty(spec.input_shape());
+    float* values = x.f32();
+    for (std::int64_t i = 0; i < x.numel(); ++i)
+      values[i] = static_cast<float>((i * 2654435761u) % 1000) / 500.0f - 1.0f;
+    const Tensor dy = x.to_layout(Layout::blocked16).clone();
+    x = x.to_layout(Layout::blocked16);
+    Tensor gamma = Tensor::empty({pair.channels}), beta = Tensor::zeros({pair.channels});
+    gamma.fill(1.0f);
+    const auto step = [&](bool as_one) {
+      const Shape shape = spec.input_shape(), channel = spec.channel_shape();
+      Tensor y = Tensor::empty(shape), mean = Tensor::empty(channel), invstd = Tensor::empty(channel);
+      Tensor dx = Tensor::empty(shape), dgamma = Tensor::empty(channel), dbeta = Tensor::empty(channel);
+      if (as_one) {
+        fused->forward_training(x, gamma, beta, y, mean, invstd, nullptr, nullptr, 0.1f);
+        fused->backward_training(x, dy, gamma, mean, invstd, dx, dgamma, dbeta, &y);
+        return;
+      }
+      separate->forward_training(x, gamma, beta, y, mean, invstd, nullptr, nullptr, 0.1f);
+      kernels::relu_forward(cpu, y, y);  // in place, as the network's ReLU
+      Tensor masked = Tensor::empty(shape);
+      kernels::relu_backward(cpu, y, dy, masked);
+      separate->backward_training(x, masked, gamma, mean, invstd, dx, dgamma, dbeta, nullptr);
+    };
+    for (int i = 0; i < warmup; ++i) step(true), step(false);
+    std::vector<double> one, two;
+    for (int i = 0; i < iters; ++i) {
+      one.push_back(time_iterations(0, 1, [&] { step(true); })[0]);
+      two.push_back(time_iterations(0, 1, [&] { step(false); })[0]);
+    }
+    const double t_one = median(one), t_two = median(two);
+    fused_step += t_one * static_cast<double>(pair.per_step);
+    separate_step += t_two * static_cast<double>(pair.per_step);
+    rows.push_back({{"shape", fmt::format("8x{}x{}x{}", pair.channels, pair.side, pair.side)},
+                    {"per_step", pair.per_step},
+                    {"fused_ms", 1e3 * t_one},
+                    {"separate_ms", 1e3 * t_two},
+                    {"ratio", t_two / t_one}});
+  }
+  return {{"kind", "norm_relu"},
+          {"pairs", rows},
+          {"resnet50_step_fused_ms", 1e3 * fused_step},
+          {"resnet50_step_separate_ms", 1e3 * separate_step},
+          {"iters", iters}};
+}
+
 // ---- models ---------------------------------------------------------------------
 
 struct ModelRun {
@@ -250,6 +318,7 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads, "OpenMP threads (0: the default)");
   auto* ceiling = app.add_subcommand("ceiling", "one large oneDNN 3x3 convolution");
   auto* model = app.add_subcommand("model", "training or inference of one model");
+  auto* norm_relu = app.add_subcommand("norm-relu", "BatchNorm + ReLU as one op against two, ResNet-50's pairs");
   ModelRun run;
   model->add_option("--preset", run.preset)->capture_default_str();
   model->add_option("--tile", run.tile)->capture_default_str();
@@ -275,7 +344,9 @@ int main(int argc, char** argv) {
     run.fused = !layer_by_layer;
     run.maxpool = !no_maxpool;
     run.blocked_activations = !plain_activations;
-    const auto result = ceiling->parsed() ? run_ceiling(warmup, iters) : run_model(run, warmup, iters);
+    const auto result = ceiling->parsed()     ? run_ceiling(warmup, iters)
+                        : norm_relu->parsed() ? run_norm_relu(warmup, iters)
+                                              : run_model(run, warmup, iters);
     fmt::print("{}\n", result.dump());
   } catch (const std::exception& e) {
     fmt::print(stderr, "bench_net: {}\n", e.what());
