@@ -105,7 +105,7 @@ inline float through_relu(const float* y, const float* dy, std::int64_t i) {
   return gradient;
 }
 
-// Out-of-place: y = max(v, 0) keeping NaN, as relu_forward.
+// The fused ReLU on one value: `v < 0 ? 0 : v` keeps NaN, as relu_forward does.
 template <bool Relu>
 inline float clamp_if(float v) {
   if constexpr (Relu) return v < 0.0f ? 0.0f : v;
