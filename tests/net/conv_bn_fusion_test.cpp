@@ -41,13 +41,7 @@ struct Preset {
 };
 void PrintTo(const Preset& p, std::ostream* os) { *os << p.name; }  // gtest prints the name, not bytes
 
-ModelSpec grey_model(const std::string& preset) {
-  ModelSpec spec;
-  spec.encoder = EncoderSpec::preset_spec(preset);
-  spec.encoder.in_channels = 1;
-  spec.num_classes = 5;
-  return spec;
-}
+ModelSpec grey_model(const std::string& preset) { return net::testing::grey_preset(preset, 5); }
 
 std::vector<float> logits_of(Model& model, const Tensor& x, ForwardContext ctx, bool fuse) {
   ctx.fuse_conv_bn = fuse;

@@ -17,10 +17,7 @@ using namespace bigtrain::net::testing;
 
 TEST(CpuMixedPrecision, ResNet18Bf16TrainingStepFollowsTheReference) {
   BT_SKIP_UNLESS_COMPUTES(Backend::cpu, DType::bf16);
-  ModelSpec spec;
-  spec.encoder = EncoderSpec::preset_spec("resnet18");
-  spec.encoder.in_channels = 1;
-  spec.num_classes = 10;
+  const ModelSpec spec = grey_preset("resnet18", 10);
   Model reference_model(spec, 41), bf16_model(spec, 41), fp32_model(spec, 41);
   const Tensor x = random_tensor({4, 1, 64, 64}, 42);
   Tensor targets = Tensor::empty({4}, DType::i32);

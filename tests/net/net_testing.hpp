@@ -11,11 +11,21 @@
 #include <vector>
 
 #include "net/layer.hpp"
+#include "net/model_spec.hpp"
 #include "tests/support/op_check.hpp"
 
 namespace bigtrain::net::testing {
 
 using namespace bigtrain::testing;
+
+// A preset's encoder on one grey channel, with a `classes`-way head.
+inline ModelSpec grey_preset(const std::string& preset, std::int64_t classes) {
+  ModelSpec spec;
+  spec.encoder = EncoderSpec::preset_spec(preset);
+  spec.encoder.in_channels = 1;
+  spec.num_classes = classes;
+  return spec;
+}
 
 inline void assign(Tensor& target, const std::vector<double>& values) {
   target.copy_from(from_doubles(target.shape(), values, Device::cpu()));

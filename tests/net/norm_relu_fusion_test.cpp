@@ -24,13 +24,7 @@ struct StepResult {
   std::vector<std::vector<float>> gradients, buffers;
 };
 
-ModelSpec grey_model(const std::string& preset) {
-  ModelSpec spec;
-  spec.encoder = EncoderSpec::preset_spec(preset);
-  spec.encoder.in_channels = 1;
-  spec.num_classes = 3;
-  return spec;
-}
+ModelSpec grey_model(const std::string& preset) { return net::testing::grey_preset(preset, 3); }
 
 StepResult training_step(const std::string& preset, std::int64_t side, Backend backend, bool freeze_bn, bool fuse) {
   Model model(grey_model(preset), 7);
