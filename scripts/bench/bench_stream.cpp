@@ -4,6 +4,7 @@
 // pooling, fc, cross-entropy, streamed backward, SGD step.
 //
 //   bench_stream_cpp --preset resnet50 --height 2435 --width 2435 --tile 512 [--iters N] [--plan-only]
+//   bench_stream_cpp --mode tiled --tile 512 --tile-batch 2 [--memory-budget 2GiB | --kept-batches K] [--precision bf16]
 //
 // Prints one JSON object: median seconds per step after warm-up, the allocator's
 // peak, peak RSS, the halo overhead and the planner's step peak, and where the
@@ -13,6 +14,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -31,7 +33,10 @@
 #include "net/optimizer.hpp"
 #include "net/streaming.hpp"
 #include "net/streaming_memory.hpp"
+#include "kernels/core/memory_size.hpp"
 #include "pipeline/engine/two_pass.hpp"
+#include "pipeline/plan/plan.hpp"
+#include "pipeline/plan/recompute_split.hpp"
 #include "memory_probe.hpp"
 
 namespace bigtrain::bench {
@@ -184,6 +189,30 @@ std::vector<std::int64_t> tile_origins(std::int64_t side, std::int64_t tile) {
   return origins;
 }
 
+// What train.memory_budget decides for this step: the plan of the same run (model,
+// mean aggregator, SGD with momentum, frozen BatchNorm, tiles without overlap whose
+// last row and column shift inside the image, as tile_origins lays them out).
+RecomputeSplit budget_split(const net::ModelSpec& spec, std::int64_t height, std::int64_t width, std::int64_t tile,
+                            std::int64_t tile_batch, std::int64_t tiles, std::size_t budget) {
+  PlanInputs inputs;
+  inputs.model = spec;
+  inputs.aggregator = {.kind = net::AggregatorKind::mean};
+  inputs.optimizer = net::OptimizerKind::sgd;
+  inputs.momentum = 0.9;
+  inputs.freeze_bn = true;
+  inputs.tile = tile;
+  inputs.overlap = 0;
+  inputs.border = tiler::BorderPolicy::shift;
+  inputs.tile_batch = tile_batch;
+  inputs.backend = Backend::cpu;
+  inputs.image_width = width;
+  inputs.image_height = height;
+  const TrainingPlan plan = plan_training(inputs, budget);
+  BT_CHECK(plan.image && plan.image->tiles == tiles, "the plan lays out {} tiles where the bench reads {}",
+           plan.image ? plan.image->tiles : 0, tiles);
+  return recompute_split(plan, budget);
+}
+
 // The seeds' scenario the two-pass way (pipeline/engine/two_pass.hpp): the image's
 // tiles, all of them, batch by batch through the encoder without kept activations
 // (pass 1), the mean of their features through the head and the loss, then the
@@ -191,11 +220,12 @@ std::vector<std::int64_t> tile_origins(std::int64_t side, std::int64_t tile) {
 // dL/dH (pass 2); one SGD step. BatchNorm frozen, as PyTorch's side. The tiles are
 // copied from the image in memory: this measures compute and memory, not reading.
 // precision bf16 computes the encoder's convolutions in bf16 (train.precision);
-// kept_batches is train.memory_budget's split: pass 1 keeps the first batches'
-// activations and pass 2 recomputes only the others.
+// Pass 1 keeps the activations of the first kept_batches batches and pass 2
+// recomputes only the others: train.memory_budget's split when memory_budget is
+// names one ("2GiB": as the plan decides it), else kept_batches as given.
 nlohmann::json run_tiled(const std::string& preset, std::int64_t height, std::int64_t width, std::int64_t tile,
-                         std::int64_t tile_batch, const std::string& precision, std::int64_t kept_batches, int warmup,
-                         int iters) {
+                         std::int64_t tile_batch, const std::string& precision, std::int64_t kept_batches,
+                         const std::string& memory_budget, int warmup, int iters) {
   BT_CHECK(precision == "fp32" || precision == "bf16", "unknown precision '{}'; valid: fp32, bf16", precision);
   const net::ModelSpec spec = grey_two_class(preset);
   const Backend backend = Backend::cpu;
@@ -231,6 +261,11 @@ nlohmann::json run_tiled(const std::string& preset, std::int64_t height, std::in
   TwoPassStep two_pass(image_model, {.backend = backend,
                                      .freeze_bn = true,
                                      .encoder_compute_dtype = precision == "bf16" ? DType::bf16 : DType::f32});
+  std::optional<RecomputeSplit> split;
+  if (!memory_budget.empty()) {
+    split = budget_split(spec, height, width, tile, tile_batch, count, parse_memory_size(memory_budget));
+    kept_batches = split->kept_batches;
+  }
   const std::int64_t kept_tiles = std::min(count, kept_batches * tile_batch);
   auto optimizer = net::make_optimizer({.kind = net::OptimizerKind::sgd, .lr = 0.01, .weight_decay = 1e-4, .momentum = 0.9},
                                        image_model.parameters(), backend);
@@ -257,8 +292,13 @@ nlohmann::json run_tiled(const std::string& preset, std::int64_t height, std::in
                  {"tile_batch", tile_batch},
                  {"precision", precision},
                  {"kept_tiles", kept_tiles},
+                 {"kept_batches", kept_batches},
                  {"recomputed_fraction",
                   static_cast<double>(count * side_h * side_w) / static_cast<double>(height * width)}});
+  if (split)
+    result.update({{"memory_budget_bytes", split->budget},
+                   {"planned_recompute_peak_bytes", split->recompute_peak},
+                   {"planned_kept_per_batch_bytes", split->kept_per_batch}});
   return result;
 }
 
@@ -291,15 +331,21 @@ int main(int argc, char** argv) {
   app.add_option("--precision", precision, "tiled mode: fp32 | bf16 convolutions (bf16 needs AVX512_BF16)")
       ->capture_default_str();
   std::int64_t kept_batches = 0;
-  app.add_option("--kept-batches", kept_batches,
-                 "tiled mode: tile batches whose activations pass 1 keeps (train.memory_budget's split)")
-      ->capture_default_str();
+  auto* kept_option = app.add_option("--kept-batches", kept_batches,
+                                     "tiled mode: tile batches whose activations pass 1 keeps")
+                          ->capture_default_str();
+  std::string memory_budget;
+  app.add_option("--memory-budget", memory_budget,
+                 "tiled mode: train.memory_budget (2GiB, ...): pass 1 keeps the batches the plan says fit")
+      ->excludes(kept_option);
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::warn);
   if (threads > 0) omp_set_num_threads(threads);
   try {
-    const nlohmann::json result = mode == "tiled" ? run_tiled(preset, height, width, tile, tile_batch, precision, kept_batches, warmup, iters)
-                                                  : run(preset, height, width, tile, warmup, iters, plan_only);
+    const nlohmann::json result =
+        mode == "tiled"
+            ? run_tiled(preset, height, width, tile, tile_batch, precision, kept_batches, memory_budget, warmup, iters)
+            : run(preset, height, width, tile, warmup, iters, plan_only);
     fmt::print("{}\n", result.dump());
   } catch (const std::exception& e) {
     fmt::print(stderr, "bench_stream: {}\n", e.what());
