@@ -14,8 +14,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <optional>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,13 +27,13 @@
 
 #include "kernels/core/allocator.hpp"
 #include "kernels/core/error.hpp"
+#include "kernels/core/memory_size.hpp"
 #include "kernels/cross_entropy.hpp"
 #include "net/global_avg_pool.hpp"
 #include "net/model.hpp"
 #include "net/optimizer.hpp"
 #include "net/streaming.hpp"
 #include "net/streaming_memory.hpp"
-#include "kernels/core/memory_size.hpp"
 #include "pipeline/engine/two_pass.hpp"
 #include "pipeline/plan/plan.hpp"
 #include "pipeline/plan/recompute_split.hpp"
@@ -221,8 +221,8 @@ RecomputeSplit budget_split(const net::ModelSpec& spec, std::int64_t height, std
 // copied from the image in memory: this measures compute and memory, not reading.
 // precision bf16 computes the encoder's convolutions in bf16 (train.precision);
 // Pass 1 keeps the activations of the first kept_batches batches and pass 2
-// recomputes only the others: train.memory_budget's split when memory_budget is
-// names one ("2GiB": as the plan decides it), else kept_batches as given.
+// recomputes only the others: train.memory_budget's split as the plan decides it
+// when memory_budget names one ("2GiB"), else kept_batches as given.
 nlohmann::json run_tiled(const std::string& preset, std::int64_t height, std::int64_t width, std::int64_t tile,
                          std::int64_t tile_batch, const std::string& precision, std::int64_t kept_batches,
                          const std::string& memory_budget, int warmup, int iters) {
