@@ -18,16 +18,26 @@ NormLayer* norm_before_relu(const std::vector<std::unique_ptr<Layer>>& layers, s
 
 }  // namespace
 
-Tensor Sequential::forward(const Tensor& x, const ForwardContext& ctx) {
+Tensor Sequential::forward(const Tensor& x, const ForwardContext& ctx) { return forward_range(x, ctx, 0, layers_.size()); }
+
+Tensor Sequential::backward(const Tensor& dy) { return backward_range(dy, 0, layers_.size()); }
+
+bool Sequential::splits_at(std::size_t index) const {
+  return index <= layers_.size() && (index == layers_.size() || norm_before_relu(layers_, index) == nullptr);
+}
+
+Tensor Sequential::forward_range(const Tensor& x, const ForwardContext& ctx, std::size_t begin, std::size_t end) {
+  BT_CHECK(begin <= end && splits_at(begin) && splits_at(end), "`{}`: cannot run children [{}, {}) of {} on their own",
+           name(), begin, end, layers_.size());
   if (fuses_conv_bn(ctx)) {
     std::vector<Layer*> layers;
-    for (auto& layer : layers_) layers.push_back(layer.get());
+    for (std::size_t i = begin; i < end; ++i) layers.push_back(layers_[i].get());
     return forward_fusing_conv_bn(layers, x, ctx);
   }
   Tensor h = x;
-  for (std::size_t i = 0; i < layers_.size(); ++i) {
+  for (std::size_t i = begin; i < end; ++i) {
     // The previous h is freed unless a layer kept it.
-    if (i + 1 < layers_.size() && norm_before_relu(layers_, i + 1) != nullptr) {
+    if (i + 1 < end && norm_before_relu(layers_, i + 1) != nullptr) {
       h = static_cast<NormLayer&>(*layers_[i]).forward_with_relu(h, static_cast<ReLU&>(*layers_[i + 1]), ctx);
       ++i;
     } else {
@@ -37,10 +47,12 @@ Tensor Sequential::forward(const Tensor& x, const ForwardContext& ctx) {
   return h;
 }
 
-Tensor Sequential::backward(const Tensor& dy) {
+Tensor Sequential::backward_range(const Tensor& dy, std::size_t begin, std::size_t end) {
+  BT_CHECK(begin <= end && splits_at(begin) && splits_at(end), "`{}`: cannot run children [{}, {}) of {} on their own",
+           name(), begin, end, layers_.size());
   Tensor d = dy;
-  for (std::size_t i = layers_.size(); i-- > 0;) {
-    if (NormLayer* norm = norm_before_relu(layers_, i)) {
+  for (std::size_t i = end; i-- > begin;) {
+    if (NormLayer* norm = i > begin ? norm_before_relu(layers_, i) : nullptr) {
       d = norm->backward_with_relu(d, static_cast<ReLU&>(*layers_[i]));
       --i;
     } else {

@@ -21,6 +21,15 @@ class Sequential : public Layer {
 
   Tensor forward(const Tensor& x, const ForwardContext& ctx) override;
   Tensor backward(const Tensor& dy) override;
+  // Children [begin, end) alone, so that a caller may run the first children one
+  // way and the rest another: a two-pass step keeps only the deepest children's
+  // activations in pass 1 (pipeline/engine/two_pass.hpp). backward_range pops what
+  // the last forward_range of the same children kept.
+  Tensor forward_range(const Tensor& x, const ForwardContext& ctx, std::size_t begin, std::size_t end);
+  Tensor backward_range(const Tensor& dy, std::size_t begin, std::size_t end);
+  // Whether the children may run as [0, index) and [index, size()): everywhere but
+  // between a normalisation and the ReLU that runs as one op with it.
+  bool splits_at(std::size_t index) const;
   LayerFootprint describe(const Shape& input, const PlanContext& ctx) const override;
   PlannedTensor plan_forward(MemoryWalk& walk, const PlannedTensor& x) const override;
   ReceptiveField receptive_field(const ForwardContext& ctx) const override;

@@ -50,10 +50,15 @@ net::ForwardContext TwoPassStep::encoder_context(bool keep_activations, bool upd
   return ctx;
 }
 
-void TwoPassStep::begin_image(std::int64_t tiles, int label, std::uint64_t dropout_seed, std::int64_t kept_tiles) {
+void TwoPassStep::begin_image(std::int64_t tiles, int label, std::uint64_t dropout_seed, std::int64_t kept_tiles,
+                              std::size_t kept_tail_layers) {
   BT_CHECK(tiles > 0, "two-pass step: an image needs at least one tile");
   BT_CHECK(kept_tiles >= 0, "two-pass step: kept_tiles must not be negative, got {}", kept_tiles);
-  BT_CHECK(kept_tiles == 0 || (!instance_ && options_.top_tiles == 0),
+  const std::size_t children = model_.encoder->size();
+  BT_CHECK(kept_tail_layers < children && model_.encoder->splits_at(children - kept_tail_layers),
+           "two-pass step: cannot keep the last {} of the encoder's {} children apart from the rest", kept_tail_layers,
+           children);
+  BT_CHECK((kept_tiles == 0 && kept_tail_layers == 0) || (!instance_ && options_.top_tiles == 0),
            "two-pass step: pass 1 keeps activations only when pass 2 trains every tile (not with top_tiles or the "
            "instance vote)");
   // A fresh H per image, the old one released first so two never coexist: the
@@ -64,6 +69,7 @@ void TwoPassStep::begin_image(std::int64_t tiles, int label, std::uint64_t dropo
   dropout_seed_ = dropout_seed;
   rows_filled_ = 0;
   kept_tiles_ = std::min(kept_tiles, tiles);
+  tail_layers_ = kept_tiles_ == tiles ? 0 : kept_tail_layers;
   next_pass2_end_ = tiles;
 }
 
@@ -77,9 +83,10 @@ std::int64_t TwoPassStep::recomputed_tiles() const {
 void TwoPassStep::end_image() {
   // A step abandoned between pass 1 and backward_kept leaves activations in the
   // layers' stacks: drop them so the next image starts clean.
-  if (!kept_.empty()) model_.encoder->clear_saved();
+  if (!kept_.empty() || tail_layers_ > 0) model_.encoder->clear_saved();
   kept_.clear();
   kept_tiles_ = 0;
+  tail_layers_ = 0;
   h_ = Tensor();
   dh_ = Tensor();
   scores_ = Tensor();
@@ -135,8 +142,14 @@ void TwoPassStep::load_features(const Tensor& features) {
 
 void TwoPassStep::pass1_batch(const Tensor& x, std::int64_t first_tile) {
   const bool keep = first_tile < kept_tiles_;
-  store_rows(model_.encoder->forward(x, encoder_context(keep, true)), first_tile);
-  if (keep) kept_.push_back({first_tile, x.dim(0)});
+  if (keep || tail_layers_ == 0) {
+    store_rows(model_.encoder->forward(x, encoder_context(keep, true)), first_tile);
+    if (keep) kept_.push_back({first_tile, x.dim(0)});
+    return;
+  }
+  net::Encoder& encoder = *model_.encoder;
+  const Tensor front = encoder.forward_range(x, encoder_context(false, true), 0, tail_begin());
+  store_rows(encoder.forward_range(front, encoder_context(true, true), tail_begin(), encoder.size()), first_tile);
 }
 
 void TwoPassStep::backward_kept() {
@@ -324,9 +337,17 @@ void TwoPassStep::pass2_batch(const Tensor& x, std::int64_t first_tile) {
            first_tile, first_tile + rows, next_pass2_end_);
   next_pass2_end_ = first_tile;
   if (!selected_.empty()) return pass2_selected(x, first_tile);
-  Tensor features = model_.encoder->forward(x, encoder_context(true, false));
-  BT_CHECK(features.dim(0) == rows, "two-pass step: encoder returned {} rows for {} tiles", features.dim(0), rows);
-  model_.encoder->backward(dh_.slice_rows(first_tile, first_tile + rows));
+  net::Encoder& encoder = *model_.encoder;
+  const Tensor dh = dh_.slice_rows(first_tile, first_tile + rows);
+  if (tail_layers_ == 0) {
+    Tensor features = encoder.forward(x, encoder_context(true, false));
+    BT_CHECK(features.dim(0) == rows, "two-pass step: encoder returned {} rows for {} tiles", features.dim(0), rows);
+    encoder.backward(dh);
+    return;
+  }
+  // The front's output is not needed: the tail kept its own input in pass 1.
+  encoder.forward_range(x, encoder_context(true, false), 0, tail_begin());
+  encoder.backward_range(encoder.backward_range(dh, tail_begin(), encoder.size()), 0, tail_begin());
 }
 
 void TwoPassStep::pass2_selected(const Tensor& x, std::int64_t first_tile) {

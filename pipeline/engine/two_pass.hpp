@@ -26,6 +26,16 @@
 // differently: TwoPassOptions::fuse_conv_bn). With top_tiles or the instance vote
 // nothing is kept (their pass 2 trains a subset, or there is none).
 //
+// kept_tail_layers keeps less of more batches: of every batch not kept whole, pass 1
+// keeps the activations of the encoder's last kept_tail_layers children (from a
+// residual block on), and pass 2 recomputes only the children before them, then
+// backpropagates the tail from what pass 1 kept and the head from what it just
+// recomputed. A network's deep layers hold little memory for their FLOPs (ResNet-50
+// on 512-pixel tiles: layer4 is a fifth of the forward's FLOPs in 6% of what a
+// batch keeps), so under a budget too small for whole batches the tail still
+// saves recomputation. Gradients stay bit-identical (the same per-batch order; the
+// tail's pass 1 runs training-shaped, as its recomputation would).
+//
 // With top_tiles M (aggregator.top_tiles; Iterative Patch Selection, Bergner et al.
 // 2023) the head sees only the M tiles the attention ranks highest: finish_image
 // scores all N rows of H without gradients, then aggregates, classifies and
@@ -43,6 +53,7 @@
 // towards the labels of the images that hold it, which is the object's class
 // whenever it is the image's evidence. Each tile's loss gradient arrives at once,
 // instead of through a pooling that dilutes it by the tile count.
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -100,8 +111,10 @@ class TwoPassStep {
   TwoPassStep(const ImageModel& model, const TwoPassOptions& options);
 
   // kept_tiles: pass 1 keeps the activations of the batches that start below it
-  // (whole batches; 0 keeps none, as top_tiles and the instance vote require).
-  void begin_image(std::int64_t tiles, int label, std::uint64_t dropout_seed, std::int64_t kept_tiles = 0);
+  // (whole batches; 0 keeps none, as top_tiles and the instance vote require);
+  // kept_tail_layers: of the others, those of the encoder's last children (above).
+  void begin_image(std::int64_t tiles, int label, std::uint64_t dropout_seed, std::int64_t kept_tiles = 0,
+                   std::size_t kept_tail_layers = 0);
   // x: [B, C, T, T] on the backend's device; rows [first, first + B) of H.
   void pass1_batch(const Tensor& x, std::int64_t first_tile);
   // In place of pass 1's batches: the image's whole H from a frozen encoder, kept
@@ -148,6 +161,7 @@ class TwoPassStep {
 
  private:
   net::ForwardContext encoder_context(bool keep_activations, bool update_running_stats) const;
+  std::size_t tail_begin() const { return model_.encoder->size() - tail_layers_; }
   void store_rows(const Tensor& features, std::int64_t first_tile);
   ImageOutcome head_forward(bool training, float loss_scale);
   ImageOutcome vote();  // the instance aggregator's image outcome from H
@@ -177,6 +191,7 @@ class TwoPassStep {
   std::uint64_t dropout_seed_ = 0;
   std::int64_t rows_filled_ = 0;
   std::int64_t kept_tiles_ = 0;
+  std::size_t tail_layers_ = 0;  // kept_tail_layers of begin_image
   struct KeptBatch {
     std::int64_t first_tile, rows;
   };

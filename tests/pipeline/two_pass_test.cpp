@@ -18,6 +18,7 @@
 #include "kernels/elementwise.hpp"
 #include "net/aggregator.hpp"
 #include "net/model.hpp"
+#include "net/relu.hpp"
 #include "pipeline/engine/two_pass.hpp"
 #include "tests/support/op_check.hpp"
 #include "tests/support/relative_error.hpp"
@@ -446,19 +447,23 @@ TEST(TwoPassMemory, AttentionAddsOnlyPerTileTemporaries) {
 
 struct KeptRun {
   std::vector<std::vector<float>> gradients;  // per parameter
+  std::vector<std::vector<float>> buffers;    // BatchNorm's running statistics after the step
+  std::vector<std::int64_t> counters;         // num_batches_tracked
   std::size_t saved_after_pass1 = 0, saved_after_step = 0;
   std::int64_t recomputed = 0, pass2_batches = 0;
 };
 
 // One image of 11 tiles in batches of 4, 4, 3; pass 1 keeps the batches starting
-// below kept_tiles, pass 2 runs the others last first, then the kept ones' backward.
-KeptRun run_keeping(std::int64_t kept_tiles, bool freeze_bn, bool fuse, const net::AggregatorSpec& aggregator) {
+// below kept_tiles and the last tail_layers encoder children of the others, pass 2
+// runs the others last first, then the kept ones' backward.
+KeptRun run_keeping(std::int64_t kept_tiles, bool freeze_bn, bool fuse, const net::AggregatorSpec& aggregator,
+                    std::size_t tail_layers = 0) {
   Network network = make_network(aggregator);
   const auto batches = make_batches(11, 4, 32, 7);
   ImageModel model = network.image_model();
   model.zero_grad();
   TwoPassStep step(model, {.backend = Backend::cpu, .freeze_bn = freeze_bn, .fuse_conv_bn = fuse});
-  step.begin_image(11, 2, 17, kept_tiles);
+  step.begin_image(11, 2, 17, kept_tiles, tail_layers);
   std::int64_t first = 0;
   for (const auto& b : batches) {
     step.pass1_batch(b, first);
@@ -477,6 +482,9 @@ KeptRun run_keeping(std::int64_t kept_tiles, bool freeze_bn, bool fuse, const ne
   run.saved_after_step = model.encoder->saved_count();
   step.end_image();
   for (net::Parameter* p : model.parameters()) run.gradients.push_back(p->grad.to_vector());
+  const net::StateRefs state = model.encoder->state();
+  for (const net::Buffer* b : state.buffers) run.buffers.push_back(b->value.to_vector());
+  for (const net::Counter* c : state.counters) run.counters.push_back(c->value);
   return run;
 }
 
@@ -502,6 +510,45 @@ TEST(KeptActivations, GradientsAreBitIdenticalWhicheverBatchesPass1Kept) {
       }
     }
   }
+}
+
+TEST(KeptActivations, GradientsAreBitIdenticalWhicheverTailPass1Kept) {
+  const net::AggregatorSpec attention{net::AggregatorKind::attention, 16, true, 0.25f};
+  const std::size_t children = make_network(attention).model->encoder().size();
+  ASSERT_GE(children, 6u);
+  for (const bool freeze_bn : {false, true}) {
+    SCOPED_TRACE(freeze_bn ? "BatchNorm frozen" : "BatchNorm training");
+    const KeptRun recomputed = run_keeping(0, freeze_bn, false, attention);
+    int tails = 0;
+    for (std::size_t tail = 1; tail < children; ++tail) {
+      if (!make_network(attention).model->encoder().splits_at(children - tail)) continue;
+      ++tails;
+      for (const std::int64_t kept : {0, 4}) {
+        SCOPED_TRACE(fmt::format("tail of {} children, kept_tiles {}", tail, kept));
+        const KeptRun run = run_keeping(kept, freeze_bn, false, attention, tail);
+        EXPECT_GT(run.saved_after_pass1, 0u) << "pass 1 keeps the tail's activations";
+        EXPECT_EQ(run.saved_after_step, 0u) << "pass 2 and the kept batches' backward free them";
+        EXPECT_EQ(run.recomputed, 11 - kept) << "pass 2 still runs the front of every batch not kept whole";
+        ASSERT_EQ(run.gradients.size(), recomputed.gradients.size());
+        for (std::size_t i = 0; i < run.gradients.size(); ++i)
+          EXPECT_EQ(run.gradients[i], recomputed.gradients[i]) << "parameter " << i;
+        EXPECT_EQ(run.buffers, recomputed.buffers) << "running statistics move once per batch, in pass 1";
+        EXPECT_EQ(run.counters, recomputed.counters);
+      }
+    }
+    EXPECT_GE(tails, 4) << "the stem's BatchNorm and ReLU run as one: no split between them, every other";
+  }
+}
+
+TEST(KeptActivations, ATailThatSplitsANormFromItsReluIsAnError) {
+  Network network = make_network({net::AggregatorKind::mean});
+  net::Encoder& encoder = network.model->encoder();
+  ASSERT_TRUE(dynamic_cast<net::ReLU*>(&encoder.at(2)) != nullptr) << "conv1, bn1, relu: the stem";
+  EXPECT_FALSE(encoder.splits_at(2));
+  TwoPassStep step(network.image_model(), {.backend = Backend::cpu});
+  EXPECT_THROW(step.begin_image(8, 1, 0, 0, encoder.size() - 2), Error);
+  EXPECT_THROW(step.begin_image(8, 1, 0, 0, encoder.size()), Error) << "the whole encoder is not a tail";
+  EXPECT_NO_THROW(step.begin_image(8, 1, 0, 0, encoder.size() - 1));
 }
 
 // With frozen BatchNorm a recomputed batch's pass 1 may fold BatchNorm into the
@@ -549,9 +596,11 @@ TEST(KeptActivations, TopTilesAndTheInstanceVoteKeepNothing) {
   Network attention = make_network({net::AggregatorKind::attention, 16, true});
   TwoPassStep top(attention.image_model(), {.backend = Backend::cpu, .freeze_bn = true, .top_tiles = 2});
   EXPECT_THROW(top.begin_image(8, 1, 0, 4), Error);
+  EXPECT_THROW(top.begin_image(8, 1, 0, 0, 1), Error);
   Network instance = make_network({net::AggregatorKind::instance});
   TwoPassStep vote(instance.image_model(), {.backend = Backend::cpu});
   EXPECT_THROW(vote.begin_image(8, 1, 0, 4), Error);
+  EXPECT_THROW(vote.begin_image(8, 1, 0, 0, 1), Error);
 }
 
 }  // namespace
