@@ -40,6 +40,8 @@ void* CachingAllocator::allocate(std::size_t bytes) {
     ptr = it->second;
     cached_.erase(it);
   } else {
+    if (reserve_limit_ != 0 && stats_.reserved_bytes + size > reserve_limit_)
+      trim_cache_locked(reserve_limit_ - std::min(reserve_limit_, size));
     ptr = system_allocate(size);
     ++stats_.system_allocations;
     stats_.reserved_bytes += size;
@@ -70,6 +72,37 @@ void CachingAllocator::reset_peak() {
 void CachingAllocator::release_cached() {
   std::lock_guard lock(mutex_);
   release_all_cached_locked();
+}
+
+void CachingAllocator::set_reserve_limit(std::size_t bytes) {
+  std::lock_guard lock(mutex_);
+  reserve_limit_ = bytes;
+  if (bytes != 0) trim_cache_locked(bytes);
+}
+
+std::size_t CachingAllocator::reserve_limit() const {
+  std::lock_guard lock(mutex_);
+  return reserve_limit_;
+}
+
+ScopedHostReserveLimit::ScopedHostReserveLimit(std::size_t bytes)
+    : host_(dynamic_cast<CachingAllocator*>(&allocator_for(Device::cpu()))) {
+  if (host_ == nullptr) return;
+  previous_ = host_->reserve_limit();
+  host_->set_reserve_limit(bytes);
+}
+
+ScopedHostReserveLimit::~ScopedHostReserveLimit() {
+  if (host_ != nullptr) host_->set_reserve_limit(previous_);
+}
+
+void CachingAllocator::trim_cache_locked(std::size_t target) {
+  while (stats_.reserved_bytes > target && !cached_.empty()) {
+    const auto largest = std::prev(cached_.end());
+    system_free(largest->second, largest->first);
+    stats_.reserved_bytes -= largest->first;
+    cached_.erase(largest);
+  }
 }
 
 void CachingAllocator::release_all_cached_locked() {

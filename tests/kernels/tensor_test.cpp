@@ -106,6 +106,30 @@ TEST(Allocator, RoundingServesSlightlySmallerRequests) {
   EXPECT_EQ(CachingAllocator::rounded_size(big - 1000), rounded);
 }
 
+// A reserve limit returns cached blocks of other sizes before a new block would
+// take the allocator past it; without one the cache keeps them.
+TEST(Allocator, AReserveLimitReturnsCachedBlocksFirst) {
+  HostAllocator host;  // its own, so that no other test's blocks are in its cache
+  const std::size_t a = std::size_t{4} << 20, b = std::size_t{6} << 20;
+  host.deallocate(host.allocate(a), a);
+  host.deallocate(host.allocate(b), b);
+  EXPECT_EQ(host.stats().reserved_bytes, a + b) << "no limit: both sizes stay cached";
+  host.set_reserve_limit(a + b + a);
+  const std::size_t c = std::size_t{5} << 20;
+  void* block = host.allocate(c);
+  EXPECT_EQ(host.stats().reserved_bytes, a + c) << "the largest cached block (b) went to make room for c";
+  EXPECT_EQ(host.stats().current_bytes, c);
+  host.deallocate(block, c);
+  const std::uint64_t calls = host.stats().system_allocations;
+  host.deallocate(host.allocate(a), a);
+  EXPECT_EQ(host.stats().system_allocations, calls) << "a cached block of the size asked for is reused as before";
+  host.set_reserve_limit(c);
+  EXPECT_LE(host.stats().reserved_bytes, c) << "lowering the limit trims the cache at once";
+  void* big = host.allocate(2 * c);
+  EXPECT_EQ(host.stats().reserved_bytes, 2 * c) << "blocks in use may exceed the limit; the cache holds nothing then";
+  host.deallocate(big, 2 * c);
+}
+
 TEST(Device, CudaAllocatorWithoutDeviceIsAClearError) {
   if (cuda_device_count() > 0) GTEST_SKIP() << "hardware: a CUDA device is present; this test covers machines without one";
   try {
