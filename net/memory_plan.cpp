@@ -297,6 +297,47 @@ int optimizer_slots(OptimizerKind optimizer, double momentum) {
   return 0;
 }
 
+namespace {
+
+bool row_of_child(const LayerPlan& row, const std::string& child) {
+  return row.name == child || row.name.starts_with(child + ".");
+}
+
+// Every tail the encoder can be split before: its FLOPs summed from the table's rows
+// (grouped by the encoder's top-level children: rows are named after the layers that
+// made them, a block's add+ReLU after the block), its kept bytes from a walk of the
+// tail alone, so that its input counts once, kept by whichever of its layers keeps
+// it first, or not at all.
+std::vector<EncoderPlan::Tail> plan_tails(Encoder& encoder, const std::vector<LayerPlan>& rows,
+                                          const KernelMemoryModel& kernels, const ForwardContext& ctx) {
+  const std::size_t children = encoder.size();
+  std::vector<std::size_t> first_row(children + 1, rows.size());
+  std::size_t row = 0;
+  for (std::size_t c = 0; c < children; ++c) {
+    first_row[c] = row;
+    while (row < rows.size() && row_of_child(rows[row], encoder.at(c).name())) ++row;
+  }
+  if (row != rows.size()) return {};  // a row no child claims: no tail figures rather than wrong ones
+  std::vector<EncoderPlan::Tail> tails;
+  double flops = 0.0;
+  for (std::size_t c = children; c-- > 1;) {
+    for (std::size_t r = first_row[c]; r < first_row[c + 1]; ++r) flops += rows[r].forward_flops;
+    if (!encoder.splits_at(c) || first_row[c] == 0) continue;
+    MemoryTrace trace;
+    MemoryWalk walk(trace, kernels);
+    std::vector<LayerPlan> tail_rows;
+    walk.record_table(&tail_rows);
+    PlannedTensor h = walk.allocate(rows[first_row[c] - 1].output);
+    for (std::size_t t = c; t < children; ++t) h = walk.run_forward(encoder.at(t), h, ctx);
+    std::size_t kept = 0;
+    for (const LayerPlan& tail_row : tail_rows) kept += tail_row.kept_bytes;
+    tails.push_back({.children = children - c, .first = encoder.at(c).name(), .kept_bytes = kept, .forward_flops = flops});
+  }
+  return tails;
+}
+
+}  // namespace
+
 EncoderPlan plan_encoder(Encoder& encoder, const Shape& input, const KernelMemoryModel& kernels, bool freeze_bn) {
   const EncoderSpec& spec = encoder.spec();
   BT_CHECK(input.size() == 4 && input[1] == spec.in_channels && input[0] > 0 && input[2] > 0 && input[3] > 0,
@@ -336,6 +377,7 @@ EncoderPlan plan_encoder(Encoder& encoder, const Shape& input, const KernelMemor
     plan.forward_flops += row.forward_flops;
     plan.backward_flops += row.backward_flops;
   }
+  plan.tails = plan_tails(encoder, plan.layers, kernels, ctx);
   return plan;
 }
 

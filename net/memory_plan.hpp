@@ -195,6 +195,18 @@ struct EncoderPlan {
   // (pass 1), running statistics (inference, evaluation).
   std::size_t pass1_peak = 0;
   std::size_t inference_peak = 0;
+  // Pass 1 keeping only the encoder's last children of a batch (a two-pass step's
+  // kept tail, pipeline/engine/two_pass.hpp): one entry per child the encoder may
+  // be split before, the shortest tail first. kept_bytes is what the tail keeps of
+  // one batch, its input included (at most one activation more than it holds where
+  // its first child keeps no input); forward_flops what pass 2 then need not recompute.
+  struct Tail {
+    std::size_t children = 0;  // the last `children` of the encoder's top-level layers
+    std::string first;         // the first of them ("layer4.0")
+    std::size_t kept_bytes = 0;
+    double forward_flops = 0.0;
+  };
+  std::vector<Tail> tails;
 };
 
 // `input` is [N, in_channels, H, W]. Throws bigtrain::Error when the input is too

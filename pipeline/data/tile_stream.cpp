@@ -45,7 +45,8 @@ class JobOrder {
   JobOrder(std::int64_t tiles, std::int64_t batch, const StreamJob& job)
       : tiles_(tiles), batch_(batch), reverse_(job.reverse_batches) {
     const std::int64_t batches = (tiles + batch - 1) / batch;
-    first_batch_ = std::min(std::max<std::int64_t>(job.skip_batches, 0), batches);
+    const std::int64_t skip = job.skip_batches_of ? job.skip_batches_of(tiles) : job.skip_batches;
+    first_batch_ = std::min(std::max<std::int64_t>(skip, 0), batches);
     count_ = tiles - std::min(tiles, first_batch_ * batch);
   }
   std::int64_t count() const { return count_; }

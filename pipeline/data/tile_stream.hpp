@@ -35,6 +35,9 @@ struct StreamJob {
   // (their activations are still held). Batch boundaries stay those of pass 1.
   bool reverse_batches = false;
   std::int64_t skip_batches = 0;
+  // When set, the batches to skip of an image of `tiles` tiles, in place of
+  // skip_batches (the budget's split depends on the image's tile count).
+  std::function<std::int64_t(std::int64_t tiles)> skip_batches_of = nullptr;
 };
 
 struct TileBatch {

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <numeric>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -134,18 +135,24 @@ RecomputeSplit planned_recompute_split(const Config& config, Backend backend) {
     split.kept_batches = 0;
     split.nothing_kept_because = "train.mix_tiles deals tiles of several images into each batch";
   }
+  // The shortest tail that keeps anything, and whether it fits one image of one batch.
+  const auto shortest = std::find_if(split.tails.begin(), split.tails.end(),
+                                     [](const net::EncoderPlan::Tail& tail) { return tail.kept_bytes > 0; });
+  const std::size_t room = split.budget - std::min(split.budget, split.recompute_peak);
   if (!split.nothing_kept_because.empty())
     spdlog::debug("{}: pass 2 recomputes every tile: {}", split.budget_source, split.nothing_kept_because);
-  else if (split.kept_batches == 0)
+  else if (split.kept_batches == 0 && (shortest == split.tails.end() || shortest->kept_bytes > room))
     spdlog::info("{}: {}; pass 2 recomputes every tile batch (a step recomputing all peaks at {}, a kept batch "
                  "would add {})",
                  split.budget_source, format_bytes(split.budget), format_bytes(split.recompute_peak),
                  format_bytes(split.kept_per_batch));
   else
-    spdlog::info("{}: {}; pass 1 keeps the activations of up to {} tile batch(es) of each image ({} each); pass 2 "
-                 "recomputes the rest",
+    spdlog::info("{}: {}; per image, pass 1 keeps what spares pass 2 the most: up to {} whole tile batch(es) ({} "
+                 "each), or the encoder's last layers of every batch (from {} on: {} a batch, the shortest tail); "
+                 "pass 2 recomputes the rest",
                  split.budget_source, format_bytes(split.budget), split.kept_batches,
-                 format_bytes(split.kept_per_batch));
+                 format_bytes(split.kept_per_batch), shortest == split.tails.end() ? "-" : shortest->first,
+                 format_bytes(shortest == split.tails.end() ? 0 : shortest->kept_bytes));
   return split;
 }
 
@@ -166,6 +173,9 @@ struct Trainer::State {
   std::unique_ptr<net::Optimizer> optimizer;
   std::unique_ptr<TwoPassStep> step;
   RecomputeSplit recompute;  // train.memory_budget: the tile batches pass 1 keeps per image
+  // The budget bounds what the host allocator holds, its cache included, while the
+  // run lasts (on a GPU the host keeps only tiles in flight: no bound there).
+  std::optional<ScopedHostReserveLimit> host_reserve_limit;
   std::unique_ptr<StreamStep> stream_step;  // tiler.mode stream, in place of `step`'s passes
   std::unique_ptr<MixedInstanceStep> mixed_step;  // train.mix_tiles, in place of `step` in training
   std::unique_ptr<TrainingDiagnostics> diagnostics;  // train.diagnostics, rank 0 only
@@ -427,8 +437,12 @@ EpochSummary Trainer::State::train_epoch(std::int64_t epoch) {
     schedule.push_back({shard.images[i], 1});
     // Pass 2 last batch first, skipping the batches pass 1 kept (two_pass.hpp).
     if (!no_pass2)
-      schedule.push_back({.image = shard.images[i], .pass = 2, .reverse_batches = mixed_step == nullptr,
-                          .skip_batches = recompute.kept_batches});
+      schedule.push_back({.image = shard.images[i],
+                          .pass = 2,
+                          .reverse_batches = mixed_step == nullptr,
+                          .skip_batches_of = [this](std::int64_t tiles) {
+                            return image_keep(recompute, tiles, config.train.tile_batch).kept_batches;
+                          }});
   }
   const int channels = static_cast<int>(model->spec().encoder.in_channels);
   TileStream stream({config.train.tile_batch, config.device.tiles_in_flight, static_cast<int>(config.device.threads)},
@@ -657,8 +671,9 @@ EpochSummary Trainer::State::train_epoch(std::int64_t epoch) {
         if (batch.pass == 1) {
           if (batch.first_tile == 0) {
             const auto image_tiles = static_cast<std::int64_t>(batch.plan->tiles.size());
+            const ImageKeep keep = no_pass2 ? ImageKeep{} : image_keep(recompute, image_tiles, config.train.tile_batch);
             step->begin_image(image_tiles, sample.label, seed(kDropout, e, batch.image),
-                              no_pass2 ? 0 : kept_tiles(recompute, config.train.tile_batch, image_tiles));
+                              kept_tiles(keep, config.train.tile_batch, image_tiles), keep.tail_children);
           }
           if (single_pass) {
             step->train_instances_batch(kernels::upload_async(backend, batch.pixels).get(), batch.first_tile,
@@ -946,6 +961,7 @@ Trainer::Trainer(Config config, bool resume, std::optional<Backend> backend) : s
                                     .instance_k = c.train.instance_loss.k,
                                     .instance_weight = static_cast<float>(c.train.instance_loss.weight)});
   s.recompute = planned_recompute_split(c, s.backend);
+  if (s.backend == Backend::cpu && s.recompute.budget > 0) s.host_reserve_limit.emplace(s.recompute.budget);
   if (c.train.step_every_batch && world().distributed())
     throw Error(fmt::format("{}: train.step_every_batch steps after every tile batch, and the ranks of {} would deal "
                             "different numbers of batches; train with one process, or without step_every_batch",

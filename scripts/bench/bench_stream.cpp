@@ -220,9 +220,10 @@ RecomputeSplit budget_split(const net::ModelSpec& spec, std::int64_t height, std
 // dL/dH (pass 2); one SGD step. BatchNorm frozen, as PyTorch's side. The tiles are
 // copied from the image in memory: this measures compute and memory, not reading.
 // precision bf16 computes the encoder's convolutions in bf16 (train.precision);
-// Pass 1 keeps the activations of the first kept_batches batches and pass 2
-// recomputes only the others: train.memory_budget's split as the plan decides it
-// when memory_budget names one ("2GiB"), else kept_batches as given.
+// What pass 1 keeps, so that pass 2 recomputes only the rest: train.memory_budget's
+// split as the plan decides it (whole batches and a tail of the encoder's last layers
+// of the others) when memory_budget names one ("2GiB"), else kept_batches whole
+// batches as given.
 nlohmann::json run_tiled(const std::string& preset, std::int64_t height, std::int64_t width, std::int64_t tile,
                          std::int64_t tile_batch, const std::string& precision, std::int64_t kept_batches,
                          const std::string& memory_budget, int warmup, int iters) {
@@ -262,17 +263,20 @@ nlohmann::json run_tiled(const std::string& preset, std::int64_t height, std::in
                                      .freeze_bn = true,
                                      .encoder_compute_dtype = precision == "bf16" ? DType::bf16 : DType::f32});
   std::optional<RecomputeSplit> split;
+  ImageKeep keep;
+  keep.kept_batches = kept_batches;
   if (!memory_budget.empty()) {
     split = budget_split(spec, height, width, tile, tile_batch, count, parse_memory_size(memory_budget));
-    kept_batches = split->kept_batches;
+    keep = image_keep(*split, count, tile_batch);
+    dynamic_cast<CachingAllocator&>(allocator).set_reserve_limit(split->budget);  // as `bigtrain train` does
   }
-  const std::int64_t kept_tiles = std::min(count, kept_batches * tile_batch);
+  const std::int64_t kept_tiles = std::min(count, keep.kept_batches * tile_batch);
   auto optimizer = net::make_optimizer({.kind = net::OptimizerKind::sgd, .lr = 0.01, .weight_decay = 1e-4, .momentum = 0.9},
                                        image_model.parameters(), backend);
   auto step = [&] {
     probe.begin("pass 1");
     image_model.zero_grad();
-    two_pass.begin_image(count, /*label=*/1, /*dropout_seed=*/0, kept_tiles);
+    two_pass.begin_image(count, /*label=*/1, /*dropout_seed=*/0, kept_tiles, keep.tail_children);
     for (std::int64_t first = 0; first < count; first += tile_batch) two_pass.pass1_batch(batch_of(first), first);
     probe.begin("head");
     two_pass.finish_image(1.0f);
@@ -292,13 +296,16 @@ nlohmann::json run_tiled(const std::string& preset, std::int64_t height, std::in
                  {"tile_batch", tile_batch},
                  {"precision", precision},
                  {"kept_tiles", kept_tiles},
-                 {"kept_batches", kept_batches},
+                 {"kept_batches", keep.kept_batches},
+                 {"kept_tail_children", keep.tail_children},
+                 {"kept_tail_first", keep.tail_first},
                  {"recomputed_fraction",
                   static_cast<double>(count * side_h * side_w) / static_cast<double>(height * width)}});
   if (split)
     result.update({{"memory_budget_bytes", split->budget},
                    {"planned_recompute_peak_bytes", split->recompute_peak},
-                   {"planned_kept_per_batch_bytes", split->kept_per_batch}});
+                   {"planned_kept_per_batch_bytes", split->kept_per_batch},
+                   {"planned_kept_bytes", keep.kept_bytes}});
   return result;
 }
 

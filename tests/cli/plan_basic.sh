@@ -54,7 +54,7 @@ assert r["image"]["flops"] < p["image"]["flops"]["tiled_total"], (r["image"], p[
 print("recompute ok: %d of 16 batches kept" % r["image"]["kept_batches"])
 PY
 "$BIGTRAIN" plan "$tmp/run.yaml" --image 2435x2435 --set train.memory_budget=0 > "$tmp/none.txt"
-grep -q "0 of 16 batches kept, pass 2 recomputes 121 of 121 tiles" "$tmp/none.txt" || fail "budget 0 report: $(tail -4 "$tmp/none.txt")"
+grep -q "0 of 16 batches kept whole (0 B); pass 2 runs 121 of 121 tiles" "$tmp/none.txt" || fail "budget 0 report: $(tail -4 "$tmp/none.txt")"
 
 # --device cuda plans the GPU (no GPU needed) and counts the cuDNN workspace.
 "$BIGTRAIN" plan "$tmp/run.yaml" --device cuda --json > "$tmp/cuda.json"

@@ -5,6 +5,7 @@
 // when the same layers run.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 
 #include <cmath>
@@ -375,20 +376,119 @@ TEST(PlanRecompute, KeptBatchesFillTheBudgetAboveTheRecomputePeak) {
   EXPECT_EQ(recompute_split(plan, peak + batch - 1).kept_batches, 0);
   EXPECT_EQ(recompute_split(plan, peak + 3 * batch).kept_batches, 3);
   const RecomputeSplit split = recompute_split(plan, peak + 3 * batch);
-  EXPECT_EQ(kept_tiles(split, plan.tile_batch, 5 * plan.tile_batch), 3 * plan.tile_batch);
-  EXPECT_EQ(kept_tiles(split, plan.tile_batch, 2), 2) << "an image smaller than the kept batches is kept whole";
-  // The plan's report: kept batches of the image and the FLOPs without their recompute.
+  const ImageKeep small = image_keep(split, 2 * plan.tile_batch, plan.tile_batch);
+  EXPECT_EQ(small.kept_batches, 2) << "an image of fewer batches than fit is kept whole";
+  EXPECT_EQ(small.tail_children, 0u);
+  EXPECT_EQ(kept_tiles(small, plan.tile_batch, 2 * plan.tile_batch), 2 * plan.tile_batch);
+  // The plan's image: 64 tiles, 16 batches; whichever keep it picks spares pass 2 at
+  // least what 3 whole batches would, within the budget.
+  const ImageKeep keep = image_keep(split, plan.image->tiles, plan.tile_batch);
+  EXPECT_EQ(keep.batches, 16);
+  EXPECT_LE(keep.kept_bytes, 3 * batch);
+  EXPECT_GE(keep.saved_forward_flops, 3 * plan.encoder.forward_flops);
   const std::string report = format_recompute_split(plan, split);
-  EXPECT_NE(report.find("3 of"), std::string::npos) << report;
+  EXPECT_NE(report.find(fmt::format("{} of 16 batches kept whole", keep.kept_batches)), std::string::npos) << report;
   const nlohmann::json json = to_json(plan, split);
   EXPECT_LT(json["image"]["flops"].get<double>(), plan.image->tiled_flops);
-  EXPECT_EQ(json["image"]["kept_batches"].get<std::int64_t>(), 3);
+  EXPECT_EQ(json["image"]["kept_batches"].get<std::int64_t>(), keep.kept_batches);
+  EXPECT_EQ(json["image"]["kept_tail_children"].get<std::size_t>(), keep.tail_children);
 
   in.top_tiles = 4;
   in.aggregator.kind = net::AggregatorKind::attention;
   const RecomputeSplit top = recompute_split(plan_training(in), std::size_t{1} << 40);
   EXPECT_EQ(top.kept_batches, 0);
   EXPECT_NE(top.nothing_kept_because.find("top_tiles"), std::string::npos);
+  EXPECT_EQ(image_keep(top, 64, 4).tail_children, 0u) << "nor a tail";
+}
+
+// The kept tail's figures, summed independently from the per-layer table: layer4's
+// rows and the input it keeps (layer3.1's output).
+TEST(PlanRecompute, TailFiguresSumTheTableFromTheBack) {
+  PlanInputs in = inputs_for(spec_from("preset: resnet18\nin_channels: 1\nnum_classes: 2\n"), 128, 4);
+  const TrainingPlan plan = plan_training(in);
+  const auto& tails = plan.encoder.tails;
+  ASSERT_FALSE(tails.empty());
+  EXPECT_EQ(tails.front().first, "avgpool");
+  for (std::size_t i = 1; i < tails.size(); ++i) {
+    EXPECT_GT(tails[i].children, tails[i - 1].children);
+    EXPECT_GE(tails[i].kept_bytes, tails[i - 1].kept_bytes);
+    EXPECT_GE(tails[i].forward_flops, tails[i - 1].forward_flops);
+    EXPECT_NE(tails[i].first, "relu") << "the stem's BatchNorm and ReLU run as one";
+  }
+  const auto layer4 = std::find_if(tails.begin(), tails.end(), [](const auto& t) { return t.first == "layer4.0"; });
+  ASSERT_NE(layer4, tails.end());
+  // layer3.1 keeps its output (its ReLU's backward reads it), layer4.0 the same
+  // buffer as its input: the table counts it at layer3.1, the tail must too.
+  std::size_t kept = 0;
+  double flops = 0.0;
+  for (const net::LayerPlan& row : plan.encoder.layers) {
+    if (row.name.starts_with("layer4.") || row.name == "avgpool") {
+      kept += row.kept_bytes;
+      flops += row.forward_flops;
+    }
+    if (row.name == "layer3.1") kept += row.kept_bytes;
+  }
+  EXPECT_EQ(layer4->kept_bytes, kept);
+  EXPECT_DOUBLE_EQ(layer4->forward_flops, flops);
+  EXPECT_LT(layer4->kept_bytes, plan.step.kept_activations / 4) << "the deep layers keep little";
+  EXPECT_GT(layer4->forward_flops, plan.encoder.forward_flops / 5) << "for much of the forward";
+}
+
+// What pass 1 really holds with a kept tail, measured by the allocator over three
+// tile batches, against the plan's figure per batch.
+TEST(PlanRecompute, AKeptTailHoldsWhatThePlanSays) {
+  const net::ModelSpec spec = spec_from("preset: resnet18\nin_channels: 1\nnum_classes: 2\n");
+  const PlanInputs in = inputs_for(spec, 128, 4);
+  const TrainingPlan plan = plan_training(in);
+  net::Encoder encoder(spec.encoder, 11);
+  auto aggregator = net::make_aggregator(in.aggregator, encoder.feature_dim(), 12);
+  net::Linear head("fc", encoder.feature_dim(), spec.num_classes, 13);
+  TwoPassStep step({&encoder, aggregator.get(), &head}, {.backend = Backend::cpu});
+  const Tensor x = testing::random_tensor({in.tile_batch, 1, in.tile, in.tile}, 5);
+  Allocator& allocator = allocator_for(Device::cpu());
+  int checked = 0;
+  for (const net::EncoderPlan::Tail& tail : plan.encoder.tails) {
+    if (tail.first != "avgpool" && tail.first != "layer4.0" && tail.first != "layer3.0" && tail.first != "layer1.0")
+      continue;
+    SCOPED_TRACE(tail.first);
+    step.begin_image(3 * in.tile_batch, 1, 7, 0, tail.children);
+    const std::size_t before = allocator.stats().current_bytes;
+    for (std::int64_t b = 0; b < 3; ++b) step.pass1_batch(x, b * in.tile_batch);
+    const std::size_t held = allocator.stats().current_bytes - before;
+    std::printf("[plan] tail from %-9s held %10zu  planned %10zu (3 batches)\n", tail.first.c_str(), held,
+                3 * tail.kept_bytes);
+    EXPECT_EQ(held, 3 * tail.kept_bytes);
+    step.end_image();
+    EXPECT_EQ(encoder.saved_count(), 0u);
+    ++checked;
+  }
+  EXPECT_EQ(checked, 4);
+}
+
+// Under a budget too small for one whole batch, every batch keeps the longest tail
+// that fits them all.
+TEST(PlanRecompute, ABudgetTooSmallForWholeBatchesKeepsATailOfEach) {
+  PlanInputs in = inputs_for(spec_from("preset: resnet18\nin_channels: 1\nnum_classes: 2\n"), 128, 4);
+  in.image_width = in.image_height = 1024;
+  const TrainingPlan plan = plan_training(in);
+  const auto& tails = plan.encoder.tails;
+  const auto layer4 = std::find_if(tails.begin(), tails.end(), [](const auto& t) { return t.first == "layer4.0"; });
+  ASSERT_NE(layer4, tails.end());
+  const std::size_t room = 16 * layer4->kept_bytes;
+  ASSERT_LT(room, plan.step.kept_activations);
+  const RecomputeSplit split = recompute_split(plan, plan.step.peak + room);
+  EXPECT_EQ(split.kept_batches, 0) << "no whole batch fits";
+  const ImageKeep keep = image_keep(split, 64, 4);
+  EXPECT_EQ(keep.kept_batches, 0);
+  EXPECT_EQ(keep.tail_children, layer4->children);
+  EXPECT_EQ(keep.tail_first, "layer4.0");
+  EXPECT_EQ(keep.kept_bytes, room);
+  EXPECT_DOUBLE_EQ(keep.saved_forward_flops, 16 * layer4->forward_flops);
+  const ImageKeep more_tiles = image_keep(split, 128, 4);
+  EXPECT_LT(more_tiles.tail_children, keep.tail_children) << "twice the batches: a shorter tail";
+  EXPECT_LE(more_tiles.kept_bytes, room);
+  const std::string report = format_recompute_split(plan, split);
+  EXPECT_NE(report.find("of the others the layers from layer4.0 on"), std::string::npos) << report;
 }
 
 }  // namespace

@@ -274,10 +274,10 @@ TEST_F(TrainerTest, PretrainedCheckpointStartsTheSameTraining) {
 }
 
 
-// train.memory_budget: pass 1 keeps some or all of an image's tile batches and pass 2
-// recomputes the rest; with BatchNorm statistics of each batch (no convolution and
-// BatchNorm folding in pass 1) the weights after two epochs are those of the run that
-// recomputes everything, bit for bit.
+// train.memory_budget: pass 1 keeps some or all of an image's tile batches, or the
+// encoder's last layers of each, and pass 2 recomputes the rest; with BatchNorm
+// statistics of each batch (no convolution and BatchNorm folding in pass 1) the
+// weights after two epochs are those of the run that recomputes everything, bit for bit.
 TEST_F(TrainerTest, MemoryBudgetKeepsBatchesAndTrainsTheSameWeights) {
   const std::vector<std::string> base = {"train.epochs=2", "train.freeze_bn=false", "train.tile_batch=4"};
   auto with = [&](const std::string& budget) {
@@ -293,14 +293,27 @@ TEST_F(TrainerTest, MemoryBudgetKeepsBatchesAndTrainsTheSameWeights) {
   EXPECT_EQ(recompute_split(plan_training(plan_inputs_from_config(config("plan", base), Backend::cpu)), one_batch)
                 .kept_batches,
             1);
-  const std::vector<std::pair<std::string, std::string>> runs = {
-      {"budget_none", "0"}, {"budget_one", std::to_string(one_batch)}, {"budget_all", "4GiB"}};
+  // A budget for a tail of every batch and no whole batch: the tail from the middle
+  // of the encoder, 3 batches of it.
+  ASSERT_GE(unit.tails.size(), 3u);
+  const net::EncoderPlan::Tail& tail = unit.tails[unit.tails.size() / 2];
+  const std::size_t tails_only = unit.recompute_peak + 3 * tail.kept_bytes;
+  ASSERT_LT(3 * tail.kept_bytes, unit.kept_per_batch) << tail.first;
+  const ImageKeep tail_keep =
+      image_keep(recompute_split(plan_training(plan_inputs_from_config(config("plan", base), Backend::cpu)), tails_only),
+                 9, 4);
+  EXPECT_EQ(tail_keep.kept_batches, 0);
+  EXPECT_EQ(tail_keep.tail_first, tail.first);
+  const std::vector<std::pair<std::string, std::string>> runs = {{"budget_none", "0"},
+                                                                 {"budget_one", std::to_string(one_batch)},
+                                                                 {"budget_tails", std::to_string(tails_only)},
+                                                                 {"budget_all", "4GiB"}};
   for (const auto& [run, budget] : runs) {
     Trainer trainer(config(run, with(budget)), false);
     trainer.run();
   }
   const auto reference = net::read_safetensors(root_ / "budget_none" / "checkpoints" / "last.safetensors");
-  for (const char* run : {"budget_one", "budget_all"}) {
+  for (const char* run : {"budget_one", "budget_tails", "budget_all"}) {
     const auto kept = net::read_safetensors(root_ / run / "checkpoints" / "last.safetensors");
     ASSERT_EQ(kept.tensors.size(), reference.tensors.size()) << run;
     for (const auto& [key, tensor] : reference.tensors)
