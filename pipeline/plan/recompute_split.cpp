@@ -78,6 +78,12 @@ ImageKeep image_keep(const RecomputeSplit& split, std::int64_t tiles, std::int64
   return best;
 }
 
+const net::EncoderPlan::Tail* shortest_kept_tail(const RecomputeSplit& split) {
+  const auto tail = std::find_if(split.tails.begin(), split.tails.end(),
+                                 [](const net::EncoderPlan::Tail& t) { return t.kept_bytes > 0; });
+  return tail == split.tails.end() ? nullptr : &*tail;
+}
+
 std::size_t resolve_memory_budget(const Config& config, Backend backend, std::string* source) {
   if (config.train.memory_budget_bytes) {
     if (source) *source = fmt::format("train.memory_budget {}", config.train.memory_budget);
@@ -142,9 +148,8 @@ std::string format_recompute_split(const TrainingPlan& plan, const RecomputeSpli
                      format_bytes(split.recompute_peak), format_bytes(split.kept_per_batch));
   out += fmt::format("  whole batches alone: pass 1 keeps up to {} tile batch(es) per image\n", split.kept_batches);
   // The tails from the shortest that keeps anything to the longest.
-  const auto shortest = std::find_if(split.tails.begin(), split.tails.end(),
-                                     [](const net::EncoderPlan::Tail& tail) { return tail.kept_bytes > 0; });
-  if (shortest != split.tails.end() && split.batch_forward_flops > 0.0) {
+  const net::EncoderPlan::Tail* shortest = shortest_kept_tail(split);
+  if (shortest != nullptr && split.batch_forward_flops > 0.0) {
     const net::EncoderPlan::Tail& longest = split.tails.back();
     out += fmt::format(
         "  or of every batch the encoder's last layers, per tile batch: from {} on {} ({:.1f}% of its forward) to "

@@ -42,6 +42,9 @@ struct ImageKeep {
 };
 ImageKeep image_keep(const RecomputeSplit& split, std::int64_t tiles, std::int64_t tile_batch);
 
+// The shortest tail that keeps anything (the cheapest a budget can hold), or nullptr.
+const net::EncoderPlan::Tail* shortest_kept_tail(const RecomputeSplit& split);
+
 // The split for `plan` under `budget` bytes. Nothing is kept where pass 2 does not
 // train every tile (aggregator.top_tiles, the instance vote) or there is no pass 2
 // of tile batches (tiler.mode stream).

@@ -135,13 +135,12 @@ RecomputeSplit planned_recompute_split(const Config& config, Backend backend) {
     split.kept_batches = 0;
     split.nothing_kept_because = "train.mix_tiles deals tiles of several images into each batch";
   }
-  // The shortest tail that keeps anything, and whether it fits one image of one batch.
-  const auto shortest = std::find_if(split.tails.begin(), split.tails.end(),
-                                     [](const net::EncoderPlan::Tail& tail) { return tail.kept_bytes > 0; });
+  // Whether the cheapest tail fits one image of one batch.
+  const net::EncoderPlan::Tail* shortest = shortest_kept_tail(split);
   const std::size_t room = split.budget - std::min(split.budget, split.recompute_peak);
   if (!split.nothing_kept_because.empty())
     spdlog::debug("{}: pass 2 recomputes every tile: {}", split.budget_source, split.nothing_kept_because);
-  else if (split.kept_batches == 0 && (shortest == split.tails.end() || shortest->kept_bytes > room))
+  else if (split.kept_batches == 0 && (shortest == nullptr || shortest->kept_bytes > room))
     spdlog::info("{}: {}; pass 2 recomputes every tile batch (a step recomputing all peaks at {}, a kept batch "
                  "would add {})",
                  split.budget_source, format_bytes(split.budget), format_bytes(split.recompute_peak),
@@ -151,8 +150,8 @@ RecomputeSplit planned_recompute_split(const Config& config, Backend backend) {
                  "each), or the encoder's last layers of every batch (from {} on: {} a batch, the shortest tail); "
                  "pass 2 recomputes the rest",
                  split.budget_source, format_bytes(split.budget), split.kept_batches,
-                 format_bytes(split.kept_per_batch), shortest == split.tails.end() ? "-" : shortest->first,
-                 format_bytes(shortest == split.tails.end() ? 0 : shortest->kept_bytes));
+                 format_bytes(split.kept_per_batch), shortest == nullptr ? "-" : shortest->first,
+                 format_bytes(shortest == nullptr ? 0 : shortest->kept_bytes));
   return split;
 }
 
