@@ -74,6 +74,18 @@ void LayoutBridge::init(const memory::desc& plain, const memory::desc& chosen, R
       if (dims_[1] % layout_block(layout) == 0 && same_bytes(layout_desc(dims_, layout), chosen))
         chosen_layout_ = layout;
   }
+  // A choice no Tensor can hold (AMX's brgemm kernels take only nhwc) is written
+  // out blocked all the same where the op may leave its output blocked: nhwc to
+  // nChw16c moves 64-byte runs, while nhwc to NCHW is a full transpose (measured,
+  // docs/performance.md, twenty-second session), and the ops between convolutions
+  // run on blocked tensors either way.
+  writable_block_ = Layout::plain;
+  if (chosen_layout_) {
+    writable_block_ = *chosen_layout_;
+  } else if (blocked_output_ && dims_.size() == 4) {
+    for (Layout layout : {Layout::blocked8, Layout::blocked16})
+      if (dims_[1] % layout_block(layout) == 0) writable_block_ = layout;
+  }
   inner_ = memory(chosen, engine(), DNNL_MEMORY_NONE);
   for (auto& reorder : input_reorders_) reorder.reset();
   for (auto& reorder : output_reorders_) reorder.reset();
@@ -115,8 +127,7 @@ void LayoutBridge::bind_same_as(const LayoutBridge& other) {
 }
 
 void LayoutBridge::bind_output(Tensor& tensor, Tensor& temporary) {
-  const bool may_block = blocked_output_ && chosen_layout_ && *chosen_layout_ != Layout::plain;
-  output_layout_ = writable_layout(tensor, may_block ? *chosen_layout_ : Layout::plain);
+  output_layout_ = writable_layout(tensor, blocked_output_ ? writable_block_ : Layout::plain);
   direct_ = chosen_layout_ == output_layout_;
   if (direct_) {
     inner_.set_data_handle(tensor.raw_data());

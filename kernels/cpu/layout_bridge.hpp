@@ -66,7 +66,8 @@ class OutputReorder {
 // tensor holds (Tensor::layout) and are reordered only when the primitive chose
 // another; an output is written in place when the primitive's choice is a layout a
 // Tensor can hold and the op was allowed to leave it blocked (Conv2dSpec::
-// blocked_outputs), else through a temporary reordered into NCHW.
+// blocked_outputs), else through a temporary reordered into a blocked layout (when
+// allowed and the channels divide) or NCHW.
 class LayoutBridge {
  public:
   enum class Role { input, output };
@@ -109,6 +110,9 @@ class LayoutBridge {
   dnnl::memory::desc plain_desc_;
   // The Tensor layout whose bytes equal the primitive's choice, if any.
   std::optional<Layout> chosen_layout_;
+  // The layout an allowed-blocked output is written in: the choice itself when a
+  // Tensor can hold it, else the widest block the channels allow.
+  Layout writable_block_ = Layout::plain;
   dnnl::memory inner_;
   std::array<dnnl::memory, 3> outer_;
   std::array<std::optional<dnnl::reorder>, 3> input_reorders_;

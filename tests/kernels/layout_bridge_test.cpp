@@ -2,7 +2,7 @@
 // primitive's blocked weights written into a plain OIHW tensor, directly and added
 // in, land at the index oneDNN's blocked format defines, also where the reorder
 // runs on descriptors without the 1 x 1 spatial dimensions and where the channel
-// counts leave the blocks padded.
+// counts leave the blocks padded; and activations a primitive chose nhwc for.
 #include <gtest/gtest.h>
 
 #include <dnnl.hpp>
@@ -89,6 +89,62 @@ INSTANTIATE_TEST_SUITE_P(Weights, OutputBridge,
                            const WeightShape& s = info.param;
                            return "o" + std::to_string(s.out) + "_i" + std::to_string(s.in) + "_k" +
                                   std::to_string(s.kernel);
+                         });
+
+// An activation a primitive writes in nhwc (AMX's brgemm kernels take no other),
+// which no Tensor layout holds: written out blocked where the op may leave its
+// output blocked, with the widest block its channels allow, else NCHW; the values
+// land at their NCHW index either way.
+struct ActivationCase {
+  std::int64_t channels;
+  bool blocked_output;
+  Layout expected;
+};
+void PrintTo(const ActivationCase& c, std::ostream* os) {
+  *os << c.channels << " channels, blocked output " << (c.blocked_output ? "allowed" : "not allowed");
+}
+
+class NhwcOutput : public ::testing::TestWithParam<ActivationCase> {};
+
+TEST_P(NhwcOutput, LandsInTheWidestAllowedBlockAtItsPlainIndex) {
+  const ActivationCase c = GetParam();
+  const std::int64_t batch = 2, height = 3, width = 5;
+  const memory::dims dims{batch, c.channels, height, width};
+  LayoutBridge bridge;
+  bridge.init(memory::desc(dims, memory::data_type::f32, tag::nchw),
+              memory::desc(dims, memory::data_type::f32, tag::nhwc), LayoutBridge::Role::output, c.blocked_output);
+  auto value = [](std::int64_t n, std::int64_t ch, std::int64_t h, std::int64_t w) {
+    return static_cast<float>(n * 100000 + ch * 100 + h * 10 + w);
+  };
+  Tensor y = Tensor::empty({batch, c.channels, height, width}), temporary;
+  bridge.bind_output(y, temporary);
+  auto* nhwc = static_cast<float*>(bridge.primitive_memory().get_data_handle());
+  for (std::int64_t n = 0; n < batch; ++n)
+    for (std::int64_t h = 0; h < height; ++h)
+      for (std::int64_t w = 0; w < width; ++w)
+        for (std::int64_t ch = 0; ch < c.channels; ++ch)
+          nhwc[((n * height + h) * width + w) * c.channels + ch] = value(n, ch, h, w);
+  bridge.finish_output(y);
+  stream().wait();
+  EXPECT_EQ(y.layout(), c.expected);
+  const Tensor plain = y.to_plain();
+  const float* values = plain.f32();
+  for (std::int64_t n = 0; n < batch; ++n)
+    for (std::int64_t ch = 0; ch < c.channels; ++ch)
+      for (std::int64_t h = 0; h < height; ++h)
+        for (std::int64_t w = 0; w < width; ++w)
+          ASSERT_EQ(values[((n * c.channels + ch) * height + h) * width + w], value(n, ch, h, w))
+              << "n " << n << " c " << ch << " h " << h << " w " << w;
+}
+
+INSTANTIATE_TEST_SUITE_P(Activations, NhwcOutput,
+                         ::testing::Values(ActivationCase{32, true, Layout::blocked16},
+                                           ActivationCase{24, true, Layout::blocked8},
+                                           ActivationCase{12, true, Layout::plain},
+                                           ActivationCase{32, false, Layout::plain}),
+                         [](const auto& info) {
+                           const ActivationCase& c = info.param;
+                           return "c" + std::to_string(c.channels) + (c.blocked_output ? "_blocked" : "_plain");
                          });
 
 TEST(WithoutTrailingUnitDims, DropsOnlyTrailingOnesAndKeepsTheBytes) {
