@@ -39,6 +39,8 @@ struct BackendTable {
   // Whether make_batch_norm takes BatchNormSpec::relu; where not, kernels/batch_norm.cpp
   // runs the backend's BatchNorm and ReLU one after the other.
   bool batch_norm_fuses_relu = false;
+  // Whether it takes BatchNormSpec::residual; where not, BatchNorm, add and ReLU in turn.
+  bool batch_norm_fuses_residual = false;
   std::unique_ptr<GroupNorm> (*make_group_norm)(const GroupNormSpec& spec);
   std::unique_ptr<Pool2d> (*make_pool2d)(const Pool2dSpec& spec);
   void (*global_avg_pool_forward)(const Tensor& x, Tensor& y);

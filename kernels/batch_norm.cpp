@@ -20,15 +20,22 @@ void validate(const BatchNormSpec& s) {
 
 // Checks every call's arguments against the spec, then runs the backend; shared by
 // every backend, so each implementation can assume well-formed arguments. For a
-// spec with ReLU on a backend that cannot fuse it, runs the two ops in turn.
+// spec with ReLU or a residual on a backend that cannot fuse it, runs the ops in turn.
 class CheckedBatchNorm2d final : public BatchNorm2d {
  public:
+  // `impl_spec`: what the backend's op was built to do itself.
   CheckedBatchNorm2d(Backend backend, const BatchNormSpec& spec, std::unique_ptr<BatchNorm2d> impl,
-                     bool impl_fuses_relu)
-      : backend_(backend), spec_(spec), impl_(std::move(impl)), composed_relu_(spec.relu && !impl_fuses_relu) {}
+                     const BatchNormSpec& impl_spec)
+      : backend_(backend),
+        spec_(spec),
+        impl_(std::move(impl)),
+        composed_residual_(spec.residual && !impl_spec.residual),
+        composed_relu_(spec.relu && !impl_spec.relu),
+        impl_masks_relu_(impl_spec.backward_masks_relu()) {}
 
   void forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y, Tensor& save_mean,
-                        Tensor& save_invstd, Tensor* running_mean, Tensor* running_var, float momentum) override {
+                        Tensor& save_invstd, Tensor* running_mean, Tensor* running_var, float momentum,
+                        const Tensor* residual) override {
     require_support(Op::batch_norm, backend_, x.dtype());
     // As PyTorch: a variance from one value per channel is meaningless (and the
     // unbiased running variance would divide by zero).
@@ -47,11 +54,13 @@ class CheckedBatchNorm2d final : public BatchNorm2d {
     expect_channel(save_invstd, "save_invstd");
     if (running_mean) expect_channel(*running_mean, "running_mean");
     if (running_var) expect_channel(*running_var, "running_var");
-    impl_->forward_training(x, gamma, beta, y, save_mean, save_invstd, running_mean, running_var, momentum);
-    if (composed_relu_) relu_forward(backend_, y, y);
+    expect_residual(residual);
+    impl_->forward_training(x, gamma, beta, y, save_mean, save_invstd, running_mean, running_var, momentum,
+                            composed_residual_ ? nullptr : residual);
+    compose_output(y, residual);
   }
   void forward_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
-                         const Tensor& running_var, Tensor& y) override {
+                         const Tensor& running_var, Tensor& y, const Tensor* residual) override {
     require_support(Op::batch_norm, backend_, x.dtype());
     expect_data(x, "x");
     expect_channel(gamma, "gamma");
@@ -59,8 +68,9 @@ class CheckedBatchNorm2d final : public BatchNorm2d {
     expect_channel(running_mean, "running_mean");
     expect_channel(running_var, "running_var");
     expect_data(y, "y");
-    impl_->forward_inference(x, gamma, beta, running_mean, running_var, y);
-    if (composed_relu_) relu_forward(backend_, y, y);
+    expect_residual(residual);
+    impl_->forward_inference(x, gamma, beta, running_mean, running_var, y, composed_residual_ ? nullptr : residual);
+    compose_output(y, residual);
   }
   void backward_training(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& save_mean,
                          const Tensor& save_invstd, Tensor& dx, Tensor& dgamma, Tensor& dbeta,
@@ -75,7 +85,7 @@ class CheckedBatchNorm2d final : public BatchNorm2d {
     expect_channel(dgamma, "dgamma");
     expect_channel(dbeta, "dbeta");
     expect_relu_output(relu_output);
-    if (composed_relu_) {
+    if (relu_output != nullptr && !impl_masks_relu_) {
       const Tensor masked = relu_gradient(*relu_output, dy);
       impl_->backward_training(x, masked, gamma, save_mean, save_invstd, dx, dgamma, dbeta, nullptr);
       return;
@@ -95,7 +105,7 @@ class CheckedBatchNorm2d final : public BatchNorm2d {
     expect_channel(dgamma, "dgamma");
     expect_channel(dbeta, "dbeta");
     expect_relu_output(relu_output);
-    if (composed_relu_) {
+    if (relu_output != nullptr && !impl_masks_relu_) {
       const Tensor masked = relu_gradient(*relu_output, dy);
       impl_->backward_inference(x, masked, gamma, running_mean, running_var, dx, dgamma, dbeta, nullptr);
       return;
@@ -112,10 +122,22 @@ class CheckedBatchNorm2d final : public BatchNorm2d {
   void expect_data(const Tensor& t, const char* name) const { expect(t, spec_.input_shape(), name); }
   void expect_channel(const Tensor& t, const char* name) const { expect(t, spec_.channel_shape(), name); }
   void expect_relu_output(const Tensor* relu_output) const {
-    BT_CHECK((relu_output != nullptr) == spec_.relu,
-             "batch_norm: backward takes the forward's output exactly when ReLU is fused ({})",
-             spec_.relu ? "it is, none given" : "it is not, one given");
+    const bool wanted = spec_.backward_masks_relu();
+    BT_CHECK((relu_output != nullptr) == wanted,
+             "batch_norm: backward takes the forward's output exactly when ReLU is fused without a residual ({})",
+             wanted ? "it is, none given" : "it is not, one given");
     if (relu_output) expect_data(*relu_output, "relu_output");
+  }
+  void expect_residual(const Tensor* residual) const {
+    BT_CHECK((residual != nullptr) == spec_.residual,
+             "batch_norm: forward takes a residual exactly when the op was built to add one ({})",
+             spec_.residual ? "it was, none given" : "it was not, one given");
+    if (residual) expect_data(*residual, "residual");
+  }
+  // What the backend left to do on y: the residual, then the ReLU.
+  void compose_output(Tensor& y, const Tensor* residual) const {
+    if (composed_residual_) add(backend_, y, *residual, y);
+    if (composed_relu_) relu_forward(backend_, y, y);
   }
   Tensor relu_gradient(const Tensor& relu_output, const Tensor& dy) const {
     Tensor masked = Tensor::empty(dy.shape(), DType::f32, dy.device());
@@ -126,7 +148,7 @@ class CheckedBatchNorm2d final : public BatchNorm2d {
   Backend backend_;
   BatchNormSpec spec_;
   std::unique_ptr<BatchNorm2d> impl_;
-  bool composed_relu_;
+  bool composed_residual_, composed_relu_, impl_masks_relu_;
 };
 
 }  // namespace
@@ -136,9 +158,10 @@ std::unique_ptr<BatchNorm2d> make_batch_norm(Backend backend, const BatchNormSpe
   const BackendTable& table = dispatch(Op::batch_norm, backend, DType::f32);
   validate(spec);
   BatchNormSpec backend_spec = spec;
-  backend_spec.relu = spec.relu && table.batch_norm_fuses_relu;
-  return std::make_unique<CheckedBatchNorm2d>(backend, spec, table.make_batch_norm(backend_spec),
-                                              table.batch_norm_fuses_relu);
+  backend_spec.residual = spec.residual && table.batch_norm_fuses_residual;
+  // The ReLU comes after the residual: a backend that cannot add it leaves both to the composition.
+  backend_spec.relu = spec.relu && table.batch_norm_fuses_relu && backend_spec.residual == spec.residual;
+  return std::make_unique<CheckedBatchNorm2d>(backend, spec, table.make_batch_norm(backend_spec), backend_spec);
 }
 
 }  // namespace bigtrain::kernels

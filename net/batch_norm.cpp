@@ -4,6 +4,14 @@
 
 namespace bigtrain::net {
 
+namespace {
+// What backward masks the gradient with: the output, where the ReLU is fused and
+// no residual came before it (else the block's ReLU keeps the output).
+Tensor masking_output(const kernels::BatchNormSpec& spec, const Tensor& y) {
+  return spec.backward_masks_relu() ? y : Tensor();
+}
+}  // namespace
+
 BatchNorm2d::BatchNorm2d(std::string name, std::int64_t channels) : NormLayer(std::move(name)), channels_(channels) {
   weight_ = {child_name(*this, "weight"), Tensor::empty({channels}), {}};
   weight_.value.fill(1.0f);
@@ -26,7 +34,15 @@ Tensor BatchNorm2d::forward_with_relu(const Tensor& x, ReLU& relu, const Forward
   return run_forward(x, ctx, true);
 }
 
-Tensor BatchNorm2d::run_forward(const Tensor& x, const ForwardContext& ctx, bool relu) {
+Tensor BatchNorm2d::forward_add_relu(const Tensor& x, const Tensor& shortcut, ReLU& relu,
+                                     const ForwardContext& ctx) {
+  if (!ctx.fuse_norm_relu || ctx.relu_input_hook) return NormLayer::forward_add_relu(x, shortcut, relu, ctx);
+  Tensor y = run_forward(x, ctx, true, &shortcut);
+  relu.keep_fused_output(y, ctx);
+  return y;
+}
+
+Tensor BatchNorm2d::run_forward(const Tensor& x, const ForwardContext& ctx, bool relu, const Tensor* residual) {
   BT_CHECK(x.rank() == 4 && x.dim(1) == channels_, "batch norm `{}` expects [N,{},H,W], got {}", name(), channels_,
            x.describe());
   kernels::BatchNormSpec spec;
@@ -36,13 +52,14 @@ Tensor BatchNorm2d::run_forward(const Tensor& x, const ForwardContext& ctx, bool
   spec.width = x.dim(3);
   spec.epsilon = kEpsilon;
   spec.relu = relu;
+  spec.residual = residual != nullptr;
   kernels::BatchNorm2d& bn = op(ctx.backend, spec);
   const Device device = backend_device(ctx.backend);
   Tensor y = Tensor::empty(x.shape(), DType::f32, device);
   const bool batch_statistics = ctx.training && !ctx.freeze_bn;
   if (!batch_statistics) {
-    bn.forward_inference(x, weight_.value, bias_.value, running_mean_.value, running_var_.value, y);
-    if (ctx.keep_activations) saved_.push_back({ctx.backend, spec, false, x, {}, {}, relu ? y : Tensor()});
+    bn.forward_inference(x, weight_.value, bias_.value, running_mean_.value, running_var_.value, y, residual);
+    if (ctx.keep_activations) saved_.push_back({ctx.backend, spec, false, x, {}, {}, masking_output(spec, y)});
     return y;
   }
   // PyTorch raises for a single value per channel; the variance is then undefined.
@@ -52,10 +69,10 @@ Tensor BatchNorm2d::run_forward(const Tensor& x, const ForwardContext& ctx, bool
   Tensor save_invstd = Tensor::empty({channels_}, DType::f32, device);
   const bool update = ctx.update_bn_running_stats;
   bn.forward_training(x, weight_.value, bias_.value, y, save_mean, save_invstd, update ? &running_mean_.value : nullptr,
-                      update ? &running_var_.value : nullptr, ctx.bn_momentum);
+                      update ? &running_var_.value : nullptr, ctx.bn_momentum, residual);
   if (update) ++num_batches_tracked_.value;
   if (ctx.keep_activations)
-    saved_.push_back({ctx.backend, spec, true, x, std::move(save_mean), std::move(save_invstd), relu ? y : Tensor()});
+    saved_.push_back({ctx.backend, spec, true, x, std::move(save_mean), std::move(save_invstd), masking_output(spec, y)});
   return y;
 }
 
@@ -69,7 +86,7 @@ ReceptiveField BatchNorm2d::receptive_field(const ForwardContext& ctx) const {
 
 Tensor BatchNorm2d::backward_with_relu(const Tensor& dy, ReLU& relu) {
   BT_CHECK(!saved_.empty(), "batch norm `{}`: backward without a kept forward", name());
-  if (!saved_.back().spec.relu) return NormLayer::backward_with_relu(dy, relu);
+  if (!saved_.back().spec.backward_masks_relu()) return NormLayer::backward_with_relu(dy, relu);
   return backward(dy);
 }
 
@@ -82,7 +99,7 @@ Tensor BatchNorm2d::backward(const Tensor& dy) {
   Tensor dx = Tensor::empty(saved.spec.input_shape(), DType::f32, device);
   Tensor dgamma = Tensor::empty({channels_}, DType::f32, device);
   Tensor dbeta = Tensor::empty({channels_}, DType::f32, device);
-  const Tensor* relu_output = saved.spec.relu ? &saved.y : nullptr;
+  const Tensor* relu_output = saved.spec.backward_masks_relu() ? &saved.y : nullptr;
   if (saved.batch_statistics)
     bn.backward_training(saved.x, dy, weight_.value, saved.save_mean, saved.save_invstd, dx, dgamma, dbeta,
                          relu_output);

@@ -26,6 +26,9 @@ class BatchNorm2d final : public NormLayer {
   // keeps anyway).
   Tensor forward_with_relu(const Tensor& x, ReLU& relu, const ForwardContext& ctx) override;
   Tensor backward_with_relu(const Tensor& dy, ReLU& relu) override;
+  // One pass (kernels::BatchNormSpec::residual) under the same conditions as
+  // forward_with_relu.
+  Tensor forward_add_relu(const Tensor& x, const Tensor& shortcut, ReLU& relu, const ForwardContext& ctx) override;
   LayerFootprint describe(const Shape& input, const PlanContext& ctx) const override;
   // Per position only with the running statistics (frozen, or not training).
   ReceptiveField receptive_field(const ForwardContext& ctx) const override;
@@ -42,14 +45,14 @@ class BatchNorm2d final : public NormLayer {
 
  private:
   kernels::BatchNorm2d& op(Backend backend, const kernels::BatchNormSpec& spec);
-  Tensor run_forward(const Tensor& x, const ForwardContext& ctx, bool relu);
+  Tensor run_forward(const Tensor& x, const ForwardContext& ctx, bool relu, const Tensor* residual = nullptr);
 
   struct Saved {
     Backend backend;
-    kernels::BatchNormSpec spec;  // spec.relu: the forward was fused with a ReLU
+    kernels::BatchNormSpec spec;  // spec.relu, spec.residual: what the forward was fused with
     bool batch_statistics;  // false: normalised with the running statistics (frozen or eval)
     Tensor x, save_mean, save_invstd;
-    Tensor y;  // the fused ReLU's output, whose signs mask the gradient
+    Tensor y;  // the fused ReLU's output, whose signs mask the gradient (spec.backward_masks_relu())
   };
   std::int64_t channels_;
   Parameter weight_, bias_;

@@ -61,8 +61,9 @@ struct ForwardContext {
   // it off to compare the fused network with the layer-by-layer one.
   bool fuse_conv_bn = true;
   // A BatchNorm and the ReLU after it run as one op in every pass that runs them
-  // layer by layer (kernels::BatchNormSpec::relu; training included), bit for bit
-  // the two layers' results. Off only to measure what it saves or to test that.
+  // layer by layer (kernels::BatchNormSpec::relu; training included), and so do a
+  // residual block's last BatchNorm, shortcut add and ReLU (BatchNormSpec::residual),
+  // bit for bit the layers' results. Off only to measure what it saves or to test that.
   bool fuse_norm_relu = true;
   // CPU: activations stay in oneDNN's blocked layout from one convolution to the
   // next (kernels::Conv2dSpec::blocked_outputs, Tensor::layout) instead of being

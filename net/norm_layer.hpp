@@ -25,6 +25,10 @@ class NormLayer : public Layer {
     return relu.forward(forward(x, ctx), ctx);
   }
   virtual Tensor backward_with_relu(const Tensor& dy, ReLU& relu) { return backward(relu.backward(dy)); }
+  // The end of a residual block: relu(this(x) + shortcut). `relu` keeps its output,
+  // so its backward gives the gradient at the sum, which the shortcut shares;
+  // this layer's backward then runs as after forward.
+  virtual Tensor forward_add_relu(const Tensor& x, const Tensor& shortcut, ReLU& relu, const ForwardContext& ctx);
 };
 
 struct NormChoice {

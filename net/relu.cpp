@@ -17,6 +17,10 @@ Tensor ReLU::forward(const Tensor& x, const ForwardContext& ctx) {
   return y;
 }
 
+void ReLU::keep_fused_output(const Tensor& y, const ForwardContext& ctx) {
+  if (ctx.keep_activations) saved_.push_back({ctx.backend, y});
+}
+
 LayerFootprint ReLU::describe(const Shape& input, const PlanContext&) const {
   LayerFootprint fp;
   fp.kind = "relu";

@@ -15,6 +15,9 @@ class ReLU final : public Layer {
 
   Tensor forward(const Tensor& x, const ForwardContext& ctx) override;
   Tensor backward(const Tensor& dy) override;
+  // Records `y` as this ReLU's output when an op ran it fused (the end of a residual
+  // block), so that backward masks the gradient with it as after forward.
+  void keep_fused_output(const Tensor& y, const ForwardContext& ctx);
   LayerFootprint describe(const Shape& input, const PlanContext& ctx) const override;
   ReceptiveField receptive_field(const ForwardContext&) const override { return ReceptiveField::identity(); }
   void clear_saved() override { saved_.clear(); }

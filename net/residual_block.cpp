@@ -22,16 +22,17 @@ void ResidualBlock::make_downsample(std::int64_t in_channels, std::int64_t out_c
 
 Tensor ResidualBlock::forward(const Tensor& x, const ForwardContext& ctx) {
   if (fuses_conv_bn(ctx) && dynamic_cast<BatchNorm2d*>(&last_bn()) != nullptr) return fused_forward(x, ctx);
-  Tensor out = main_forward(x, ctx);
+  Tensor h = main_forward_before_last_norm(x, ctx);
   Tensor identity = x;
   if (downsample_conv_) {
     identity = downsample_conv_->forward(x, ctx);
     identity = downsample_bn_->forward(identity, ctx);
   }
-  // In place: `out` is a BatchNorm output, which no layer keeps.
-  kernels::add(ctx.backend, out, identity, out);
+  // The last normalisation, the add and the ReLU: one pass over memory where the
+  // normalisation can (BatchNorm), instead of three.
+  Tensor y = last_bn().forward_add_relu(h, identity, relu_out_, ctx);
   if (ctx.keep_activations) saved_backends_.push_back(ctx.backend);
-  return relu_out_.forward(out, ctx);
+  return y;
 }
 
 // The shortcut runs first, so that the main branch's last convolution can add it
@@ -69,14 +70,19 @@ PlannedTensor ResidualBlock::plan_forward(MemoryWalk& walk, const PlannedTensor&
     const PlannedTensor identity = downsample_conv_ ? walk.forward(*downsample_conv_, x) : x;
     return plan_fusing_conv_bn(walk, main_layers(), x, /*residual=*/true);
   }
-  // The block's ReLUs have no rows: its "add+relu" row stands for them.
+  // As forward: the main branch to the last normalisation's input, the shortcut,
+  // then the normalisation, add and ReLU. The block's ReLUs have no rows: its
+  // "add+relu" row stands for them.
+  const std::vector<const Layer*> main = main_layers();
   PlannedTensor out = x;
-  for (const Layer* layer : main_layers()) out = walk.forward(*layer, out, dynamic_cast<const ReLU*>(layer) == nullptr);
+  for (auto layer = main.begin(); layer + 1 != main.end(); ++layer)
+    out = walk.forward(**layer, out, dynamic_cast<const ReLU*>(*layer) == nullptr);
   PlannedTensor identity = x;
   if (downsample_conv_) {
     identity = walk.forward(*downsample_conv_, x);
     identity = walk.forward(*downsample_bn_, identity);
   }
+  out = walk.forward(*main.back(), out);
   const PlannedTensor sum = walk.add_in_place(out, identity);
   out = {}, identity = {};
   PlannedTensor y = walk.forward(relu_out_, sum, /*row=*/false);
@@ -139,11 +145,10 @@ BasicBlock::BasicBlock(std::string name, std::int64_t in_channels, std::int64_t 
 // One statement per layer: each intermediate is released as soon as the next
 // layer has consumed it (a nested call would keep every temporary of the
 // expression alive to its end), so inference holds two activations at a time.
-Tensor BasicBlock::main_forward(const Tensor& x, const ForwardContext& ctx) {
+Tensor BasicBlock::main_forward_before_last_norm(const Tensor& x, const ForwardContext& ctx) {
   Tensor h = conv1_->forward(x, ctx);
   h = bn1_->forward_with_relu(h, relu1_, ctx);
-  h = conv2_->forward(h, ctx);
-  return bn2_->forward(h, ctx);
+  return conv2_->forward(h, ctx);
 }
 
 Tensor BasicBlock::main_backward(const Tensor& dy) {
@@ -191,13 +196,12 @@ Bottleneck::Bottleneck(std::string name, std::int64_t in_channels, std::int64_t 
   make_downsample(in_channels, planes * kExpansion, stride, seed, norm);
 }
 
-Tensor Bottleneck::main_forward(const Tensor& x, const ForwardContext& ctx) {
+Tensor Bottleneck::main_forward_before_last_norm(const Tensor& x, const ForwardContext& ctx) {
   Tensor h = conv1_->forward(x, ctx);
   h = bn1_->forward_with_relu(h, relu1_, ctx);
   h = conv2_->forward(h, ctx);
   h = bn2_->forward_with_relu(h, relu2_, ctx);
-  h = conv3_->forward(h, ctx);
-  return bn3_->forward(h, ctx);
+  return conv3_->forward(h, ctx);
 }
 
 Tensor Bottleneck::main_backward(const Tensor& dy) {

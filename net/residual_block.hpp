@@ -39,9 +39,11 @@ class ResidualBlock : public Layer {
   // Called by subclasses' constructors after building the main branch.
   void make_downsample(std::int64_t in_channels, std::int64_t out_channels, int stride, InitSeed seed,
                        const NormChoice& norm);
-  virtual Tensor main_forward(const Tensor& x, const ForwardContext& ctx) = 0;
+  // The main branch up to the input of last_bn(), which forward runs together with
+  // the shortcut's add and the block's ReLU.
+  virtual Tensor main_forward_before_last_norm(const Tensor& x, const ForwardContext& ctx) = 0;
   virtual Tensor main_backward(const Tensor& dy) = 0;
-  // The main branch's layers in the order main_forward runs them, one after the other.
+  // The main branch's layers in the order they run, one after the other; last_bn() last.
   virtual std::vector<const Layer*> main_layers() const = 0;
   virtual void collect_main_state(StateRefs& refs) = 0;
   virtual void clear_main_saved() = 0;
@@ -67,7 +69,7 @@ class BasicBlock final : public ResidualBlock {
   NormLayer& last_bn() override { return *bn2_; }
 
  private:
-  Tensor main_forward(const Tensor& x, const ForwardContext& ctx) override;
+  Tensor main_forward_before_last_norm(const Tensor& x, const ForwardContext& ctx) override;
   Tensor main_backward(const Tensor& dy) override;
   std::vector<const Layer*> main_layers() const override;
   void collect_main_state(StateRefs& refs) override;
@@ -87,7 +89,7 @@ class Bottleneck final : public ResidualBlock {
   NormLayer& last_bn() override { return *bn3_; }
 
  private:
-  Tensor main_forward(const Tensor& x, const ForwardContext& ctx) override;
+  Tensor main_forward_before_last_norm(const Tensor& x, const ForwardContext& ctx) override;
   Tensor main_backward(const Tensor& dy) override;
   std::vector<const Layer*> main_layers() const override;
   void collect_main_state(StateRefs& refs) override;

@@ -45,6 +45,7 @@ const BackendTable& backend_table() {
       .make_linear = cpu::make_linear,
       .make_batch_norm = cpu::make_batch_norm,
       .batch_norm_fuses_relu = true,
+      .batch_norm_fuses_residual = true,
       .make_group_norm = cpu::make_group_norm,
       .make_pool2d = cpu::make_pool2d,
       .global_avg_pool_forward = cpu::global_avg_pool_forward,

@@ -136,17 +136,28 @@ void blocked_gradient_sums(const Groups<K>& groups, const float* x, const float*
   }
 }
 
-// out = a * in + b per channel over one group (in may alias out), then the fused
-// ReLU's clamp.
+// out = a * in + b per channel over one group (in may alias out), plus the
+// residual when there is one (null: none), then the fused ReLU's clamp. The sum
+// is rounded before the residual is added, as a separate add would see it.
 template <int K, bool Relu>
 void blocked_affine(const Groups<K>& groups, const float* in, float* out, std::int64_t g, const float* a,
-                    const float* b) {
+                    const float* b, const float* residual = nullptr) {
   for (std::int64_t n = 0; n < groups.spec.batch; ++n) {
     const float* ip = in + groups.offset(n, g);
     float* op = out + groups.offset(n, g);
+    if (residual == nullptr) {
+      for (std::int64_t i = 0; i < groups.plane(); ++i)
+#pragma omp simd
+        for (int k = 0; k < K; ++k) op[i * K + k] = clamp_if<Relu>(a[k] * ip[i * K + k] + b[k]);
+      continue;
+    }
+    const float* rp = residual + groups.offset(n, g);
     for (std::int64_t i = 0; i < groups.plane(); ++i)
 #pragma omp simd
-      for (int k = 0; k < K; ++k) op[i * K + k] = clamp_if<Relu>(a[k] * ip[i * K + k] + b[k]);
+      for (int k = 0; k < K; ++k) {
+        const float normalised = a[k] * ip[i * K + k] + b[k];
+        op[i * K + k] = clamp_if<Relu>(normalised + rp[i * K + k]);
+      }
   }
 }
 
@@ -166,7 +177,8 @@ TrainingStatistics training_statistics(float shift, double sum, double squares, 
 
 template <int K, bool Relu>
 void blocked_forward_training(const BatchNormSpec& spec, const float* xs, const float* gamma, const float* beta,
-                              float* ys, float* mean_out, float* invstd_out, float* rm, float* rv, float momentum) {
+                              float* ys, float* mean_out, float* invstd_out, float* rm, float* rv, float momentum,
+                              const float* residual) {
   const Groups<K> groups{spec};
   const double count = static_cast<double>(spec.batch * groups.plane());
 #pragma omp parallel for schedule(static)
@@ -188,13 +200,13 @@ void blocked_forward_training(const BatchNormSpec& spec, const float* xs, const 
       a[k] = static_cast<float>(scale);
       b[k] = static_cast<float>(beta[c] - stats.mean * scale);
     }
-    blocked_affine<K, Relu>(groups, xs, ys, g, a, b);
+    blocked_affine<K, Relu>(groups, xs, ys, g, a, b, residual);
   }
 }
 
 template <int K, bool Relu>
 void blocked_forward_inference(const BatchNormSpec& spec, const float* xs, const float* gamma, const float* beta,
-                               const float* rm, const float* rv, float* ys) {
+                               const float* rm, const float* rv, float* ys, const float* residual) {
   const Groups<K> groups{spec};
 #pragma omp parallel for schedule(static)
   for (std::int64_t g = 0; g < groups.count(); ++g) {
@@ -205,7 +217,7 @@ void blocked_forward_inference(const BatchNormSpec& spec, const float* xs, const
       a[k] = static_cast<float>(scale);
       b[k] = static_cast<float>(beta[c] - rm[c] * scale);
     }
-    blocked_affine<K, Relu>(groups, xs, ys, g, a, b);
+    blocked_affine<K, Relu>(groups, xs, ys, g, a, b, residual);
   }
 }
 
@@ -299,15 +311,18 @@ class LoopBatchNorm2d final : public BatchNorm2d {
   explicit LoopBatchNorm2d(const BatchNormSpec& spec) : spec_(spec) {}
 
   void forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y, Tensor& save_mean,
-                        Tensor& save_invstd, Tensor* running_mean, Tensor* running_var, float momentum) override {
+                        Tensor& save_invstd, Tensor* running_mean, Tensor* running_var, float momentum,
+                        const Tensor* residual) override {
     if (const Layout layout = pass_layout(x, y); layout != Layout::plain) {
       const Tensor input = x.to_layout(layout);
+      const Tensor shortcut = residual ? residual->to_layout(layout) : Tensor();
       y.set_layout(layout);
       float* rm = running_mean ? running_mean->f32() : nullptr;
       float* rv = running_var ? running_var->f32() : nullptr;
       with_block(layout, spec_.relu, [&]<int K, bool Relu>() {
         blocked_forward_training<K, Relu>(spec_, input.data<float>(), gamma.f32(), beta.f32(), y.data<float>(),
-                                    save_mean.f32(), save_invstd.f32(), rm, rv, momentum);
+                                          save_mean.f32(), save_invstd.f32(), rm, rv, momentum,
+                                          residual ? shortcut.data<float>() : nullptr);
       });
       return;
     }
@@ -338,17 +353,19 @@ class LoopBatchNorm2d final : public BatchNorm2d {
       const double a = static_cast<double>(g[c]) * stats.invstd;
       affine(planes, xs, ys, c, static_cast<float>(a), static_cast<float>(b[c] - stats.mean * a));
     }
-    if (spec_.relu) relu_forward(y, y);  // plain tensors (channels no block divides) are rare: not fused
+    plain_output_ops(y, residual);
   }
 
   void forward_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
-                         const Tensor& running_var, Tensor& y) override {
+                         const Tensor& running_var, Tensor& y, const Tensor* residual) override {
     if (const Layout layout = pass_layout(x, y); layout != Layout::plain) {
       const Tensor input = x.to_layout(layout);
+      const Tensor shortcut = residual ? residual->to_layout(layout) : Tensor();
       y.set_layout(layout);
       with_block(layout, spec_.relu, [&]<int K, bool Relu>() {
         blocked_forward_inference<K, Relu>(spec_, input.data<float>(), gamma.f32(), beta.f32(), running_mean.f32(),
-                                     running_var.f32(), y.data<float>());
+                                           running_var.f32(), y.data<float>(),
+                                           residual ? shortcut.data<float>() : nullptr);
       });
       return;
     }
@@ -362,7 +379,7 @@ class LoopBatchNorm2d final : public BatchNorm2d {
       const double a = g[c] / std::sqrt(static_cast<double>(rv[c]) + spec_.epsilon);
       affine(planes, xs, ys, c, static_cast<float>(a), static_cast<float>(b[c] - rm[c] * a));
     }
-    if (spec_.relu) relu_forward(y, y);
+    plain_output_ops(y, residual);
   }
 
   void backward_training(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& save_mean,
@@ -372,7 +389,7 @@ class LoopBatchNorm2d final : public BatchNorm2d {
       const Tensor input = x.to_layout(layout), gradient = dy.to_layout(layout);
       const Tensor output = relu_output ? relu_output->to_layout(layout) : Tensor();
       dx.set_layout(layout);
-      with_block(layout, spec_.relu, [&]<int K, bool Relu>() {
+      with_block(layout, spec_.backward_masks_relu(), [&]<int K, bool Relu>() {
         blocked_backward_training<K, Relu>(spec_, input.data<float>(), Relu ? output.data<float>() : nullptr,
                                            gradient.data<float>(), gamma.f32(), save_mean.f32(), save_invstd.f32(),
                                            dx.data<float>(), dgamma.f32(), dbeta.f32());
@@ -415,7 +432,7 @@ class LoopBatchNorm2d final : public BatchNorm2d {
       const Tensor input = x.to_layout(layout), gradient = dy.to_layout(layout);
       const Tensor output = relu_output ? relu_output->to_layout(layout) : Tensor();
       dx.set_layout(layout);
-      with_block(layout, spec_.relu, [&]<int K, bool Relu>() {
+      with_block(layout, spec_.backward_masks_relu(), [&]<int K, bool Relu>() {
         blocked_backward_inference<K, Relu>(spec_, input.data<float>(), Relu ? output.data<float>() : nullptr,
                                             gradient.data<float>(), gamma.f32(), running_mean.f32(),
                                             running_var.f32(), dx.data<float>(), dgamma.f32(), dbeta.f32());
@@ -440,9 +457,16 @@ class LoopBatchNorm2d final : public BatchNorm2d {
   }
 
  private:
+  // The residual and the ReLU on a plain output: plain tensors (channels no block
+  // divides) are rare, so not fused.
+  void plain_output_ops(Tensor& y, const Tensor* residual) const {
+    if (residual != nullptr) add(y, *residual, y);
+    if (spec_.relu) relu_forward(y, y);
+  }
+
   // dy in NCHW, through the ReLU's mask when one is fused.
   Tensor plain_gradient(const Tensor& dy, const Tensor* relu_output) const {
-    if (!spec_.relu) return dy.to_plain();
+    if (!spec_.backward_masks_relu()) return dy.to_plain();
     Tensor masked = Tensor::empty(dy.shape());
     relu_backward(relu_output->to_plain(), dy.to_plain(), masked);
     return masked;

@@ -37,7 +37,8 @@ class CudnnBatchNorm2d final : public BatchNorm2d {
   // hand-worked test BatchNormRunningStatistics.FollowPyTorchDefinition checks it
   // on the device (unbiased 5/3 against biased 1.25).
   void forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y, Tensor& save_mean,
-                        Tensor& save_invstd, Tensor* running_mean, Tensor* running_var, float momentum) override {
+                        Tensor& save_invstd, Tensor* running_mean, Tensor* running_var, float momentum,
+                        const Tensor* /*residual: spec.residual never reaches here*/) override {
     context_.activate();
     // Both running pointers null means no update (cuDNN's documented convention).
     BT_CUDNN_CHECK(cudnnBatchNormalizationForwardTraining(
@@ -48,7 +49,8 @@ class CudnnBatchNorm2d final : public BatchNorm2d {
   }
 
   void forward_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
-                         const Tensor& running_var, Tensor& y) override {
+                         const Tensor& running_var, Tensor& y,
+                         const Tensor* /*residual: spec.residual never reaches here*/) override {
     context_.activate();
     BT_CUDNN_CHECK(cudnnBatchNormalizationForwardInference(
         context_.cudnn(), kMode, &kOne, &kZero, data_desc_.get(), x.raw_data(), data_desc_.get(), y.raw_data(),

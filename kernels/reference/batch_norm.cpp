@@ -128,13 +128,15 @@ class ReferenceBatchNorm2d final : public BatchNorm2d {
   explicit ReferenceBatchNorm2d(const BatchNormSpec& spec) : spec_(spec) {}
 
   void forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y, Tensor& save_mean,
-                        Tensor& save_invstd, Tensor* running_mean, Tensor* running_var, float momentum) override {
+                        Tensor& save_invstd, Tensor* running_mean, Tensor* running_var, float momentum,
+                        const Tensor* /*residual: spec.residual never reaches here*/) override {
     batch_norm_forward_training(spec_, x.f32(), gamma.f32(), beta.f32(), y.f32(), save_mean.f32(), save_invstd.f32(),
                                 running_mean ? running_mean->f32() : nullptr,
                                 running_var ? running_var->f32() : nullptr, static_cast<double>(momentum));
   }
   void forward_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
-                         const Tensor& running_var, Tensor& y) override {
+                         const Tensor& running_var, Tensor& y,
+                         const Tensor* /*residual: spec.residual never reaches here*/) override {
     batch_norm_forward_inference(spec_, x.f32(), gamma.f32(), beta.f32(), running_mean.f32(), running_var.f32(),
                                  y.f32());
   }

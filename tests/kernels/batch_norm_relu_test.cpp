@@ -2,7 +2,8 @@
 // and CPU layout, each of the four passes gives exactly what BatchNorm then ReLU
 // (and, backward, ReLU's gradient then BatchNorm's) give on the same backend, and
 // the CPU's fused loops agree with the reference backend's composition. A fused
-// backward needs the forward's output, and is refused without it.
+// backward needs the forward's output, and is refused without it. The same for the
+// residual add fused before the ReLU (BatchNormSpec::residual).
 #include <gtest/gtest.h>
 
 #include <string>
@@ -149,6 +150,75 @@ TEST_P(BatchNormRelu, BackwardNeedsTheOutputExactlyWhenFused) {
   const Tensor wrong_shape = on_backend(Tensor::zeros({1, 1, 1, 1}), backend);
   EXPECT_THROW(with_relu->backward_training(x, dy, gamma, channels, channels, dx, dgamma, dbeta, &wrong_shape),
                Error);
+}
+
+// The end of a residual block (BatchNormSpec::residual): relu(bn(x) + r) in one op
+// equals BatchNorm, add and ReLU one after the other, bit for bit, forward with batch
+// and running statistics; backward is BatchNorm's own on the gradient at the sum.
+TEST_P(BatchNormRelu, ResidualThenReluEqualsTheThreeOpsExactly) {
+  const auto [backend, layout] = GetParam();
+  BT_SKIP_UNLESS_AVAILABLE(backend);
+  const Inputs in = make_inputs(2 * layout_block(layout == Layout::plain ? Layout::blocked16 : layout));
+  const auto put = [&](const Tensor& t) { return on_backend(t, backend); };
+  const Device device = backend_device(backend);
+  const auto empty = [&](const Shape& shape) { return Tensor::empty(shape, DType::f32, device); };
+  const Shape data = in.spec.input_shape(), channel = in.spec.channel_shape();
+  const Tensor x = put(in.x).to_layout(layout), dy = put(in.dy).to_layout(layout);
+  // The shortcut in NCHW whatever the activations' layout: the op brings it over.
+  const Tensor residual = put(random_tensor(data, 9, -1.0f, 1.0f));
+  const Tensor gamma = put(in.gamma), beta = put(in.beta), rm = put(in.running_mean), rv = put(in.running_var);
+  BatchNormSpec fused_spec = in.spec;
+  fused_spec.relu = fused_spec.residual = true;
+  auto fused = make_batch_norm(backend, fused_spec), plain = make_batch_norm(backend, in.spec);
+
+  for (const bool batch_statistics : {true, false}) {
+    SCOPED_TRACE(batch_statistics ? "batch statistics" : "running statistics");
+    Tensor y = empty(data), mean = empty(channel), invstd = empty(channel);
+    Tensor expected = empty(data), expected_mean = empty(channel), expected_invstd = empty(channel);
+    Tensor running_mean = rm.clone(), running_var = rv.clone();
+    Tensor expected_running_mean = rm.clone(), expected_running_var = rv.clone();
+    if (batch_statistics) {
+      fused->forward_training(x, gamma, beta, y, mean, invstd, &running_mean, &running_var, 0.1f, &residual);
+      plain->forward_training(x, gamma, beta, expected, expected_mean, expected_invstd, &expected_running_mean,
+                              &expected_running_var, 0.1f);
+      EXPECT_EQ(mean.to_vector(), expected_mean.to_vector());
+      EXPECT_EQ(invstd.to_vector(), expected_invstd.to_vector());
+      EXPECT_EQ(running_var.to_vector(), expected_running_var.to_vector());
+    } else {
+      fused->forward_inference(x, gamma, beta, rm, rv, y, &residual);
+      plain->forward_inference(x, gamma, beta, rm, rv, expected);
+    }
+    add(backend, expected, residual, expected);
+    relu_forward(backend, expected, expected);
+    EXPECT_EQ(y.layout(), layout);
+    const std::vector<float> values = y.to_vector();
+    EXPECT_EQ(values, expected.to_vector());
+    std::int64_t clamped = 0;
+    for (float v : values) clamped += v == 0.0f;
+    EXPECT_GT(clamped, y.numel() / 10) << "the inputs should exercise the clamp";
+    EXPECT_LT(clamped, y.numel() * 9 / 10);
+
+    // Backward takes the gradient at the sum (the caller applied the ReLU's mask).
+    Tensor at_sum = empty(data);
+    relu_backward(backend, y, dy, at_sum);
+    Tensor dx = empty(data), dgamma = empty(channel), dbeta = empty(channel);
+    Tensor expected_dx = empty(data), expected_dgamma = empty(channel), expected_dbeta = empty(channel);
+    if (batch_statistics) {
+      fused->backward_training(x, at_sum, gamma, mean, invstd, dx, dgamma, dbeta, nullptr);
+      plain->backward_training(x, at_sum, gamma, mean, invstd, expected_dx, expected_dgamma, expected_dbeta, nullptr);
+    } else {
+      fused->backward_inference(x, at_sum, gamma, rm, rv, dx, dgamma, dbeta, nullptr);
+      plain->backward_inference(x, at_sum, gamma, rm, rv, expected_dx, expected_dgamma, expected_dbeta, nullptr);
+    }
+    EXPECT_EQ(dx.to_vector(), expected_dx.to_vector());
+    EXPECT_EQ(dgamma.to_vector(), expected_dgamma.to_vector());
+    EXPECT_EQ(dbeta.to_vector(), expected_dbeta.to_vector());
+    EXPECT_THROW(fused->backward_training(x, at_sum, gamma, mean, invstd, dx, dgamma, dbeta, &y), Error)
+        << "with a residual the block's ReLU masks the gradient, not this op";
+  }
+  Tensor y = empty(data);
+  EXPECT_THROW(fused->forward_inference(x, gamma, beta, rm, rv, y), Error) << "built to add a residual, none given";
+  EXPECT_THROW(plain->forward_inference(x, gamma, beta, rm, rv, y, &residual), Error) << "not built for one";
 }
 
 std::vector<Case> cases() {

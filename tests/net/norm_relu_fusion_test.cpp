@@ -1,7 +1,8 @@
 // BatchNorm + ReLU as one op in whole networks (ForwardContext::fuse_norm_relu,
 // kernels::BatchNormSpec::relu): a training step with it gives the same logits,
 // input and parameter gradients and running statistics, bit for bit, as the
-// layers one by one, for the residual blocks' pairs and the stem's (a Sequential),
+// layers one by one, for the residual blocks' pairs, their last BatchNorm with the
+// shortcut's add and ReLU, and the stem's pair (a Sequential),
 // with batch statistics and with frozen BatchNorm. A relu_input_hook still sees
 // every ReLU input.
 #include <gtest/gtest.h>
