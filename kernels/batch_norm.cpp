@@ -30,8 +30,7 @@ class CheckedBatchNorm2d final : public BatchNorm2d {
         spec_(spec),
         impl_(std::move(impl)),
         composed_residual_(spec.residual && !impl_spec.residual),
-        composed_relu_(spec.relu && !impl_spec.relu),
-        impl_masks_relu_(impl_spec.backward_masks_relu()) {}
+        composed_relu_(spec.relu && !impl_spec.relu) {}
 
   void forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y, Tensor& save_mean,
                         Tensor& save_invstd, Tensor* running_mean, Tensor* running_var, float momentum,
@@ -85,7 +84,9 @@ class CheckedBatchNorm2d final : public BatchNorm2d {
     expect_channel(dgamma, "dgamma");
     expect_channel(dbeta, "dbeta");
     expect_relu_output(relu_output);
-    if (relu_output != nullptr && !impl_masks_relu_) {
+    // A relu_output means no residual (expect_relu_output), so the backend masks
+    // exactly when it fused the ReLU.
+    if (relu_output != nullptr && composed_relu_) {
       const Tensor masked = relu_gradient(*relu_output, dy);
       impl_->backward_training(x, masked, gamma, save_mean, save_invstd, dx, dgamma, dbeta, nullptr);
       return;
@@ -105,7 +106,7 @@ class CheckedBatchNorm2d final : public BatchNorm2d {
     expect_channel(dgamma, "dgamma");
     expect_channel(dbeta, "dbeta");
     expect_relu_output(relu_output);
-    if (relu_output != nullptr && !impl_masks_relu_) {
+    if (relu_output != nullptr && composed_relu_) {
       const Tensor masked = relu_gradient(*relu_output, dy);
       impl_->backward_inference(x, masked, gamma, running_mean, running_var, dx, dgamma, dbeta, nullptr);
       return;
@@ -148,7 +149,7 @@ class CheckedBatchNorm2d final : public BatchNorm2d {
   Backend backend_;
   BatchNormSpec spec_;
   std::unique_ptr<BatchNorm2d> impl_;
-  bool composed_residual_, composed_relu_, impl_masks_relu_;
+  bool composed_residual_, composed_relu_;
 };
 
 }  // namespace
