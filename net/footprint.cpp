@@ -2,6 +2,7 @@
 
 #include "kernels/backend.hpp"
 #include "kernels/core/allocator.hpp"
+#include "kernels/core/host_allocator.hpp"
 
 namespace bigtrain::net {
 
@@ -16,14 +17,14 @@ KernelMemoryModel KernelMemoryModel::for_backend(Backend backend) {
 }
 
 std::size_t allocation_bytes(const Shape& shape, DType dtype) {
-  return CachingAllocator::rounded_size(static_cast<std::size_t>(shape_numel(shape)) * dtype_size(dtype));
+  return HostAllocator::rounded_size(static_cast<std::size_t>(shape_numel(shape)) * dtype_size(dtype));
 }
 
 namespace {
 
 std::int64_t round_up(std::int64_t value, std::int64_t multiple) { return (value + multiple - 1) / multiple * multiple; }
 
-std::size_t rounded(std::size_t bytes) { return bytes == 0 ? 0 : CachingAllocator::rounded_size(bytes); }
+std::size_t rounded(std::size_t bytes) { return bytes == 0 ? 0 : HostAllocator::rounded_size(bytes); }
 
 // The reorder temporaries of one oneDNN convolution: a grayscale or RGB input
 // (fewer than 8 channels) runs in NHWC, which for one channel is the NCHW tensor

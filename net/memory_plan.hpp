@@ -10,7 +10,7 @@
 // Blocks are reference counted as Tensor storage is, so a buffer kept by several
 // layers (a BatchNorm output that an in-place ReLU and the next convolution keep)
 // counts once and is freed with its last holder, and every block is rounded as
-// CachingAllocator::rounded_size rounds it. Composites (Sequential, the residual
+// HostAllocator::rounded_size rounds it. Composites (Sequential, the residual
 // blocks) tell the walk which child runs on which tensor (Layer::plan_forward);
 // backward is the recorded forward in reverse, gradients freed once their
 // producer's backward has consumed them, as autograd does. Where the real code

@@ -1,6 +1,7 @@
 #include "kernels/core/block_allocator.hpp"
 
 #include <algorithm>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -26,9 +27,11 @@ bool BlockAllocator::BySizeThenAddress::operator()(const Block* a, const Block* 
   return std::less<const char*>()(a->ptr, b->ptr);
 }
 
-BlockAllocator::BlockAllocator(Device device, std::unique_ptr<SystemAllocator> system, std::size_t limit)
-    : device_(device), system_(std::move(system)), limit_(limit) {
+BlockAllocator::BlockAllocator(Device device, std::unique_ptr<SystemAllocator> system, std::size_t limit,
+                               BlockPolicy policy)
+    : device_(device), system_(std::move(system)), limit_(limit), policy_(policy) {
   BT_CHECK(system_ != nullptr, "BlockAllocator for {} needs a system allocator", device.str());
+  if (policy_.round == nullptr) policy_.round = &round_size;
 }
 
 BlockAllocator::~BlockAllocator() {
@@ -80,7 +83,7 @@ BlockAllocator::Block* BlockAllocator::new_segment(std::size_t size, bool small)
 }
 
 void* BlockAllocator::allocate(std::size_t bytes) {
-  const std::size_t size = round_size(bytes);
+  const std::size_t size = policy_.round(bytes);
   const bool small = size <= kSmallSize;
   std::lock_guard lock(mutex_);
   Pool& pool = small ? small_ : large_;
@@ -89,11 +92,22 @@ void* BlockAllocator::allocate(std::size_t bytes) {
     const std::size_t segment = segment_size(size);
     block = new_segment(segment, small);
     if (block == nullptr) {
-      // What PyTorch does before giving up: hand every wholly free segment back
-      // (of either pool: the memory is the same) and try once more.
+      // What PyTorch does before giving up: hand wholly free segments back (of either
+      // pool: the memory is the same) and try once more.
       ++cache_releases_;
-      release_cached_locked();
+      if (policy_.soft_limit)
+        make_room_locked(segment);
+      else
+        release_cached_locked();
       block = new_segment(segment, small);
+    }
+    if (block == nullptr && policy_.soft_limit) {
+      const std::size_t limit = std::exchange(limit_, 0);  // past the cap: tensors in use may exceed it
+      block = new_segment(segment, small);
+      limit_ = limit;
+      if (block == nullptr)
+        throw Error(fmt::format("{} allocation of {} failed: {}", device_.str(), format_memory_bytes(bytes),
+                                system_->last_failure()));
     }
     if (block == nullptr) {
       const bool over_cap = limit_ != 0 && stats_.reserved_bytes + segment > limit_;
@@ -109,7 +123,7 @@ void* BlockAllocator::allocate(std::size_t bytes) {
   // its pool; a large-pool rest of 1 MiB or less would only ever serve small
   // requests, which never come to this pool, so it stays with the block.
   const std::size_t rest = block->size - size;
-  if (small ? rest >= kMinBlockSize : rest > kSmallSize) {
+  if (policy_.exact_blocks ? rest > 0 : small ? rest >= kMinBlockSize : rest > kSmallSize) {
     auto* remainder = new Block;
     remainder->size = rest;
     remainder->ptr = block->ptr + size;
@@ -157,21 +171,46 @@ void BlockAllocator::deallocate(void* ptr, std::size_t) {
   pool.insert(block);
 }
 
+namespace {
+bool whole_segment(const auto* block) { return block->prev == nullptr && block->next == nullptr; }
+}  // namespace
+
+void BlockAllocator::free_segment_locked(Pool& pool, Pool::iterator it) {
+  Block* block = *it;
+  system_->free(block->ptr, block->size);
+  stats_.reserved_bytes -= block->size;
+  --segments_;
+  delete block;
+  pool.erase(it);
+}
+
 void BlockAllocator::release_cached_locked() {
   for (Pool* pool : {&small_, &large_}) {
     for (auto it = pool->begin(); it != pool->end();) {
-      Block* block = *it;
-      if (block->prev == nullptr && block->next == nullptr) {  // a whole segment
-        system_->free(block->ptr, block->size);
-        stats_.reserved_bytes -= block->size;
-        --segments_;
-        delete block;
-        it = pool->erase(it);
-      } else {
-        ++it;
-      }
+      const auto next = std::next(it);
+      if (whole_segment(*it)) free_segment_locked(*pool, it);
+      it = next;
     }
   }
+}
+
+void BlockAllocator::make_room_locked(std::size_t needed) {
+  auto excess = [&] {
+    return limit_ == 0 || stats_.reserved_bytes + needed <= limit_ ? 0 : stats_.reserved_bytes + needed - limit_;
+  };
+  if (excess() == 0) return;
+  std::vector<std::pair<Pool*, Block*>> whole;
+  for (Pool* pool : {&small_, &large_})
+    for (Block* block : *pool)
+      if (whole_segment(block)) whole.emplace_back(pool, block);
+  std::sort(whole.begin(), whole.end(), [](const auto& a, const auto& b) { return a.second->size < b.second->size; });
+  auto free_one = [&](const std::pair<Pool*, Block*>& w) { free_segment_locked(*w.first, w.first->find(w.second)); };
+  const auto alone = std::find_if(whole.begin(), whole.end(), [&](const auto& w) { return w.second->size >= excess(); });
+  if (alone != whole.end()) {
+    free_one(*alone);
+    return;
+  }
+  for (auto it = whole.rbegin(); it != whole.rend() && excess() > 0; ++it) free_one(*it);
 }
 
 void BlockAllocator::release_cached() {

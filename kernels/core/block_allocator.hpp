@@ -19,6 +19,9 @@
 //
 // Single stream: a freed block may be handed out at once, because every user of the
 // device queues its work on the one compute stream (kernels/cuda/context.hpp).
+//
+// The host allocator (kernels/core/host_allocator.hpp) is the same scheme with a
+// soft cap and exact blocks (BlockPolicy).
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -31,7 +34,22 @@
 
 namespace bigtrain {
 
-class BlockAllocator final : public Allocator {
+// What differs between a device, whose cap is its capacity, and the host, whose cap
+// is a memory budget that tensors in use may exceed.
+struct BlockPolicy {
+  // Rounds a request up; blocks are carved in these sizes. Null: round_size (512 bytes).
+  std::size_t (*round)(std::size_t bytes) = nullptr;
+  // Past the cap, after returning free segments, a new segment is taken anyway
+  // rather than an OutOfMemoryError thrown; and only as many free segments are
+  // returned as make room, not all of them (each returned one is fresh pages later).
+  bool soft_limit = false;
+  // Every rest is split off, so a block is exactly its rounded request and
+  // current_bytes is the sum of rounded requests (what memory plans add up); else a
+  // large-pool rest of 1 MiB or less stays with its block, as in PyTorch.
+  bool exact_blocks = false;
+};
+
+class BlockAllocator : public Allocator {
  public:
   static constexpr std::size_t kMinBlockSize = 512;
   static constexpr std::size_t kSmallSize = std::size_t{1} << 20;      // largest small-pool request
@@ -40,7 +58,8 @@ class BlockAllocator final : public Allocator {
   static constexpr std::size_t kMinLargeAlloc = std::size_t{10} << 20;
   static constexpr std::size_t kRoundLarge = std::size_t{2} << 20;
 
-  BlockAllocator(Device device, std::unique_ptr<SystemAllocator> system, std::size_t limit = 0);
+  BlockAllocator(Device device, std::unique_ptr<SystemAllocator> system, std::size_t limit = 0,
+                 BlockPolicy policy = {});
   ~BlockAllocator() override;
   BlockAllocator(const BlockAllocator&) = delete;
   BlockAllocator& operator=(const BlockAllocator&) = delete;
@@ -79,12 +98,17 @@ class BlockAllocator final : public Allocator {
   Block* take_free_block(Pool& pool, std::size_t size);
   Block* new_segment(std::size_t size, bool small);
   void release_cached_locked();
+  // Returns wholly free segments until `needed` more bytes fit under the cap: the
+  // smallest one that makes room alone, else the largest first.
+  void make_room_locked(std::size_t needed);
+  void free_segment_locked(Pool& pool, Pool::iterator it);
   [[noreturn]] void throw_out_of_memory(std::size_t requested, std::string cause) const;
 
   Device device_;
   std::unique_ptr<SystemAllocator> system_;
   mutable std::mutex mutex_;
   std::size_t limit_ = 0;
+  BlockPolicy policy_;
   Pool small_, large_;
   std::unordered_map<void*, Block*> active_;
   std::size_t segments_ = 0;

@@ -22,6 +22,7 @@
 
 #include "kernels/backend.hpp"
 #include "kernels/core/allocator.hpp"
+#include "kernels/core/host_allocator.hpp"
 #include "kernels/core/block_allocator.hpp"
 #include "kernels/core/out_of_memory.hpp"
 #include "kernels/core/error.hpp"

@@ -26,6 +26,7 @@
 #include <spdlog/spdlog.h>
 
 #include "kernels/core/allocator.hpp"
+#include "kernels/core/host_allocator.hpp"
 #include "kernels/core/error.hpp"
 #include "kernels/core/memory_size.hpp"
 #include "kernels/cross_entropy.hpp"
@@ -268,7 +269,7 @@ nlohmann::json run_tiled(const std::string& preset, std::int64_t height, std::in
   if (!memory_budget.empty()) {
     split = budget_split(spec, height, width, tile, tile_batch, count, parse_memory_size(memory_budget));
     keep = image_keep(*split, count, tile_batch);
-    dynamic_cast<CachingAllocator&>(allocator).set_reserve_limit(split->budget);  // as `bigtrain train` does
+    host_allocator().set_reserve_limit(split->budget);  // as `bigtrain train` does
   }
   const std::int64_t kept_tiles = std::min(count, keep.kept_batches * tile_batch);
   auto optimizer = net::make_optimizer({.kind = net::OptimizerKind::sgd, .lr = 0.01, .weight_decay = 1e-4, .momentum = 0.9},

@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "kernels/core/allocator.hpp"
+#include "kernels/core/host_allocator.hpp"
 #include "kernels/core/error.hpp"
 #include "net/aggregator.hpp"
 #include "net/encoder.hpp"
@@ -61,7 +62,7 @@ TEST(PlanStructure, PlannedParametersAreTheRealEncodersPerRow) {
     std::int64_t count = 0, rows_count = 0;
     std::size_t buffer_bytes = 0, rows_buffer_bytes = 0;
     for (const net::Parameter* p : refs.parameters) count += p->value.numel();
-    for (const net::Buffer* b : refs.buffers) buffer_bytes += CachingAllocator::rounded_size(b->value.nbytes());
+    for (const net::Buffer* b : refs.buffers) buffer_bytes += HostAllocator::rounded_size(b->value.nbytes());
     EXPECT_EQ(plan.parameters.count, count);
     EXPECT_EQ(plan.parameters.buffers, buffer_bytes);
     for (const net::LayerPlan& row : plan.layers) {
@@ -288,7 +289,7 @@ TEST(PlanImage, WholeImageScalesWithPixelsWhileTheTiledStepStaysUnderTwoGiB) {
   EXPECT_GT(plan.image->tiled_flops, plan.image->whole_image_flops);
   EXPECT_DOUBLE_EQ(plan.image->pass1_forward_flops, plan.image->pass2_forward_flops);
   // H and dL/dH for 121 tiles of 2048 features.
-  EXPECT_EQ(plan.step.features, 2 * CachingAllocator::rounded_size(121 * 2048 * 4));
+  EXPECT_EQ(plan.step.features, 2 * HostAllocator::rounded_size(121 * 2048 * 4));
 }
 
 TEST(PlanBudget, LargestBatchFitsAndTheNextDoesNot) {

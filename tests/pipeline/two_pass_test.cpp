@@ -14,6 +14,7 @@
 #include "kernels/core/error.hpp"
 
 #include "kernels/core/allocator.hpp"
+#include "kernels/core/host_allocator.hpp"
 #include "kernels/cross_entropy.hpp"
 #include "kernels/elementwise.hpp"
 #include "net/aggregator.hpp"
@@ -408,7 +409,7 @@ std::size_t peak_bytes_of_step(Network& network, std::int64_t tiles, std::int64_
 }
 
 // Allocator rounding: each tensor that grows with N may round up by one step.
-std::size_t rounding_slack(int tensors) { return static_cast<std::size_t>(tensors) * CachingAllocator::rounded_size(4096); }
+std::size_t rounding_slack(int tensors) { return static_cast<std::size_t>(tensors) * HostAllocator::rounded_size(4096); }
 
 TEST(TwoPassMemory, PeakGrowsOnlyByFeaturesAndTheirGradients) {
   Network network = make_network({net::AggregatorKind::mean});
