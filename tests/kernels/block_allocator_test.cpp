@@ -4,12 +4,14 @@
 // the same class is exercised by the CUDA tests (CudaAllocatorCap.*).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "kernels/core/block_allocator.hpp"
+#include "kernels/core/error.hpp"
 #include "kernels/core/out_of_memory.hpp"
 #include "kernels/core/system_allocator.hpp"
 
@@ -19,10 +21,10 @@ namespace {
 constexpr std::size_t MiB = std::size_t{1} << 20;
 
 struct Fixture {
-  explicit Fixture(std::size_t capacity = 0, std::size_t limit = 0) {
+  explicit Fixture(std::size_t capacity = 0, std::size_t limit = 0, BlockPolicy policy = {}) {
     auto host = std::make_unique<HostSystemAllocator>(capacity);
     system = host.get();
-    allocator = std::make_unique<BlockAllocator>(Device::cuda(0), std::move(host), limit);
+    allocator = std::make_unique<BlockAllocator>(Device::cuda(0), std::move(host), limit, policy);
   }
   HostSystemAllocator* system = nullptr;
   std::unique_ptr<BlockAllocator> allocator;
@@ -235,8 +237,11 @@ TEST(BlockAllocator, PeakAndReservedAccounting) {
 
 // Random traffic: live blocks never overlap (each keeps its own byte pattern), and
 // once everything is freed each segment is one free block again and goes back.
-TEST(BlockAllocator, RandomTrafficNeverOverlapsAndFullyCoalesces) {
-  Fixture f;
+// The host's policy (kernels/core/host_allocator.hpp), on a size rounding of its kind.
+std::size_t round_to_64(std::size_t bytes) { return (std::max<std::size_t>(bytes, 1) + 63) / 64 * 64; }
+constexpr BlockPolicy kSoftExact{.round = &round_to_64, .soft_limit = true, .exact_blocks = true};
+
+void random_traffic_never_overlaps_and_fully_coalesces(Fixture& f) {
   std::mt19937 rng(18);
   std::uniform_int_distribution<int> pick_size(0, 3);
   struct Live {
@@ -280,6 +285,44 @@ TEST(BlockAllocator, RandomTrafficNeverOverlapsAndFullyCoalesces) {
   f.allocator->release_cached();
   EXPECT_EQ(f.allocator->segments(), 0u);
   EXPECT_EQ(f.system->outstanding_bytes(), 0u);
+}
+
+TEST(BlockAllocator, RandomTrafficNeverOverlapsAndFullyCoalesces) {
+  Fixture f;
+  random_traffic_never_overlaps_and_fully_coalesces(f);
+}
+
+// With a soft cap well under the traffic's peak, segments are returned and taken at
+// the bound all the time: the same guarantees hold.
+TEST(BlockAllocator, SoftCapTrafficNeverOverlapsAndFullyCoalesces) {
+  Fixture f(/*capacity=*/0, /*limit=*/48 * MiB, kSoftExact);
+  random_traffic_never_overlaps_and_fully_coalesces(f);
+  EXPECT_GT(f.allocator->cache_releases(), 0u) << "the traffic reached the cap";
+}
+
+TEST(BlockAllocator, SoftCapExceedsTheLimitForBlocksInUse) {
+  Fixture f(/*capacity=*/0, /*limit=*/8 * MiB, kSoftExact);
+  void* a = f.allocator->allocate(12 * MiB);
+  EXPECT_EQ(f.allocator->stats().reserved_bytes, 12 * MiB);
+  EXPECT_EQ(f.allocator->stats().current_bytes, 12 * MiB) << "exact blocks: the rounded request, no 2 MiB rounding";
+  void* b = f.allocator->allocate(100);
+  EXPECT_EQ(f.allocator->stats().current_bytes, 12 * MiB + 128);
+  f.allocator->deallocate(a, 12 * MiB);
+  f.allocator->deallocate(b, 100);
+}
+
+TEST(BlockAllocator, SoftCapSystemFailureNamesTheDeviceAndCause) {
+  Fixture f(/*capacity=*/16 * MiB, /*limit=*/8 * MiB, kSoftExact);
+  try {
+    f.allocator->allocate(20 * MiB);
+    FAIL() << "no error";
+  } catch (const OutOfMemoryError&) {
+    FAIL() << "a soft cap is a budget, not a device's capacity: no OutOfMemoryError";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("cuda:0 allocation of 20"), std::string::npos) << message;
+    EXPECT_NE(message.find("capacity"), std::string::npos) << message;
+  }
 }
 
 TEST(OutOfMemoryMessage, NamesPhaseTensorCapAndPlan) {
