@@ -41,7 +41,10 @@ if(BIGTRAIN_HAVE_CUDA)
   set(CMAKE_CUDA_STANDARD 20)
   add_library(bigtrain_cudnn INTERFACE)
   target_include_directories(bigtrain_cudnn INTERFACE ${CUDNN_INCLUDE_DIR})
-  target_link_libraries(bigtrain_cudnn INTERFACE ${CUDNN_LIBRARY} CUDA::cudart CUDA::cublas)
+  # cuBLAS is not linked: kernels/cuda/cublas_lazy.cpp loads it on first use (why:
+  # there); its headers come with the toolkit's include directories.
+  target_link_libraries(bigtrain_cudnn INTERFACE ${CUDNN_LIBRARY} CUDA::cudart ${CMAKE_DL_LIBS})
+  set(BIGTRAIN_CUBLAS_SONAME "libcublas.so.${CUDAToolkit_VERSION_MAJOR}")
 endif()
 
 # NCCL (shipped with the CUDA toolkit) sums the gradients of data-parallel ranks on
