@@ -111,11 +111,7 @@ void preprocess_tile(const cv::Mat& tile, const Preprocessing& p, std::uint64_t 
   }
   if (p.augment && a.noise > 0) {
     SplitMix64 noise(mix_seed(seed, 0x401537ull));
-    for (std::int64_t i = 0; i < total; i += 2) {
-      const auto [first, second] = noise.normal_pair();
-      out[i] += static_cast<float>(a.noise * first);
-      if (i + 1 < total) out[i + 1] += static_cast<float>(a.noise * second);
-    }
+    for (std::int64_t i = 0; i < total; ++i) out[i] += static_cast<float>(a.noise * noise.normal());
   }
   for (int c = 0; c < p.channels; ++c) {
     float* dst = out + c * plane;

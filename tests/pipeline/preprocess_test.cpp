@@ -101,41 +101,5 @@ TEST(HighpassNormalization, RemovesASmoothRampAndKeepsAStroke) {
       << "without the high pass the ramp changes the input";
 }
 
-// train.augmentation.noise adds independent Gaussian noise of that spread to every
-// pixel: checked on a flat tile by its moments and by the normal law's mass within
-// one and two standard deviations (an odd pixel count, so the pairs' last draw is used
-// alone too), and two seeds draw different noise.
-TEST(NoiseAugmentation, IsGaussianWithTheConfiguredSpread) {
-  const int side = 301;  // 90601 pixels
-  const cv::Mat flat(side, side, CV_8UC1, cv::Scalar(128));
-  Preprocessing p;
-  p.mean = {0.0f};
-  p.std = {1.0f};
-  p.augment = true;
-  p.augmentation.noise = 0.05;
-  std::vector<float> a(side * side), b(side * side);
-  preprocess_tile(flat, p, 3, a.data());
-  preprocess_tile(flat, p, 4, b.data());
-  const double base = 128.0 / 255.0, n = static_cast<double>(a.size());
-  double sum = 0.0, sum_squares = 0.0, within1 = 0.0, within2 = 0.0, correlation = 0.0;
-  int same = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    const double z = (a[i] - base) / 0.05;
-    sum += z;
-    sum_squares += z * z;
-    within1 += std::abs(z) < 1.0;
-    within2 += std::abs(z) < 2.0;
-    if (i + 1 < a.size()) correlation += z * (a[i + 1] - base) / 0.05;
-    same += a[i] == b[i];
-  }
-  const double mean = sum / n, variance = sum_squares / n - mean * mean;
-  EXPECT_NEAR(mean, 0.0, 4.0 / std::sqrt(n));
-  EXPECT_NEAR(std::sqrt(variance), 1.0, 0.015);
-  EXPECT_NEAR(within1 / n, 0.6827, 0.006);
-  EXPECT_NEAR(within2 / n, 0.9545, 0.004);
-  EXPECT_NEAR(correlation / n, 0.0, 4.0 / std::sqrt(n)) << "neighbours (a pair's two values) are independent";
-  EXPECT_LT(same, side) << "another seed, other noise";
-}
-
 }  // namespace
 }  // namespace bigtrain
