@@ -36,6 +36,7 @@ const char* layout_name(Layout layout) {
     case Layout::plain: return "plain";
     case Layout::blocked8: return "nChw8c";
     case Layout::blocked16: return "nChw16c";
+    case Layout::nhwc: return "nhwc";
   }
   return "?";
 }
@@ -45,6 +46,7 @@ int layout_block(Layout layout) {
     case Layout::plain: return 1;
     case Layout::blocked8: return 8;
     case Layout::blocked16: return 16;
+    case Layout::nhwc: return 1;
   }
   return 1;
 }
@@ -52,7 +54,7 @@ int layout_block(Layout layout) {
 namespace {
 
 // element (n, c, i) of an [N, C, H*W] tensor: plain at (n*C + c)*HW + i, blocked at
-// ((n*C/K + c/K)*HW + i)*K + c%K.
+// ((n*C/K + c/K)*HW + i)*K + c%K; nhwc is the blocked form with K = C.
 template <typename Index>
 void for_each_blocked(std::int64_t batch, std::int64_t channels, std::int64_t plane, std::int64_t block,
                       Index&& visit) {
@@ -118,7 +120,8 @@ void* Tensor::raw_data() const {
 
 float* Tensor::f32() const {
   BT_CHECK(dtype_ == DType::f32 && device().is_cpu(), "expected a host float32 tensor, got {}", describe());
-  BT_CHECK(layout() == Layout::plain, "{} is in oneDNN's blocked layout; index it after to_plain()", describe());
+  BT_CHECK(layout() == Layout::plain, "{} is in oneDNN's {} layout; index it after to_plain()", describe(),
+           layout_name(layout()));
   return data<float>();
 }
 
@@ -148,12 +151,15 @@ Tensor Tensor::to_layout(Layout target) const {
   const float* in = static_cast<const float*>(raw_data());
   float* out = static_cast<float*>(result.raw_data());
   const std::int64_t batch = shape_[0], channels = shape_[1], plane = shape_[2] * shape_[3];
-  // Through plain: blocked8 <-> blocked16 never happens in one network (one CPU, one block).
+  // nhwc is a single block of all channels.
+  auto block_of = [channels](Layout layout) { return layout == Layout::nhwc ? channels : layout_block(layout); };
+  // Through plain between two non-plain layouts: a network's convolutions all choose
+  // one of them (one CPU, one precision), so that happens only at odd edges.
   if (source == Layout::plain) {
-    for_each_blocked(batch, channels, plane, layout_block(target),
+    for_each_blocked(batch, channels, plane, block_of(target),
                      [&](std::int64_t plain, std::int64_t blocked) { out[blocked] = in[plain]; });
   } else if (target == Layout::plain) {
-    for_each_blocked(batch, channels, plane, layout_block(source),
+    for_each_blocked(batch, channels, plane, block_of(source),
                      [&](std::int64_t plain, std::int64_t blocked) { out[plain] = in[blocked]; });
   } else {
     return to_plain().to_layout(target);

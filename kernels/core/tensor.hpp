@@ -25,10 +25,13 @@ std::int64_t shape_numel(const Shape& shape);
 // oneDNN op to the next instead of reordering into NCHW and back around every
 // convolution (docs/design.md, "Activation layout"). Only tensors whose channel
 // count is a multiple of the block are blocked, so a blocked tensor has the same
-// size as its plain form and dim-0 slices stay valid.
-enum class Layout : std::uint8_t { plain, blocked8, blocked16 };
+// size as its plain form and dim-0 slices stay valid. nhwc (channels innermost,
+// any channel count) is what oneDNN's AMX bf16 kernels read and write: holding it
+// saves a reorder per convolution output there (docs/design.md).
+enum class Layout : std::uint8_t { plain, blocked8, blocked16, nhwc };
+inline constexpr int kLayoutCount = 4;
 const char* layout_name(Layout layout);
-int layout_block(Layout layout);  // channels per group: 1 for plain
+int layout_block(Layout layout);  // channels per group: 1 for plain and nhwc
 
 class Storage {
  public:

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/cpu/batch_norm_arithmetic.hpp"
+#include "kernels/cpu/batch_norm_channels_last.hpp"
 #include "kernels/cpu/elementwise.hpp"
 #include "kernels/cpu/moment_sums.hpp"
 
@@ -95,23 +97,6 @@ void blocked_moments(const Groups<K>& groups, const float* x, std::int64_t g, co
   }
 }
 
-// The gradient reaching the BatchNorm output: dy itself, or with a fused ReLU dy
-// where its output y > 0, else 0, exactly as relu_backward computes it (the
-// gradient loaded unconditionally, so the choice is a blend, not a branch).
-template <bool Relu>
-inline float through_relu(const float* y, const float* dy, std::int64_t i) {
-  const float gradient = dy[i];
-  if constexpr (Relu) return y[i] > 0.0f ? gradient : 0.0f;
-  return gradient;
-}
-
-// The fused ReLU on one value: `v < 0 ? 0 : v` keeps NaN, as relu_forward does.
-template <bool Relu>
-inline float clamp_if(float v) {
-  if constexpr (Relu) return v < 0.0f ? 0.0f : v;
-  return v;
-}
-
 // y is the fused ReLU's output (null without one).
 template <int K, bool Relu>
 void blocked_gradient_sums(const Groups<K>& groups, const float* x, const float* y, const float* dy, std::int64_t g,
@@ -159,20 +144,6 @@ void blocked_affine(const Groups<K>& groups, const float* in, float* out, std::i
         op[i * K + k] = clamp_if<Relu>(normalised + rp[i * K + k]);
       }
   }
-}
-
-// The per-channel arithmetic of the four passes, shared by the plain and blocked
-// loops so both compute the same values from the same sums.
-struct TrainingStatistics {
-  double mean, invstd, running_var_sample;
-};
-
-TrainingStatistics training_statistics(float shift, double sum, double squares, double count, float epsilon) {
-  const double shifted_mean = sum / count;
-  const double centred_squares = std::max(0.0, squares - sum * shifted_mean);
-  const double biased_var = centred_squares / count;  // normalisation, as PyTorch
-  return {shift + shifted_mean, 1.0 / std::sqrt(biased_var + static_cast<double>(epsilon)),
-          centred_squares / (count - 1.0)};
 }
 
 template <int K, bool Relu>
@@ -319,6 +290,10 @@ class LoopBatchNorm2d final : public BatchNorm2d {
       y.set_layout(layout);
       float* rm = running_mean ? running_mean->f32() : nullptr;
       float* rv = running_var ? running_var->f32() : nullptr;
+      if (layout == Layout::nhwc)
+        return channels_last_forward_training(spec_, input.data<float>(), gamma.f32(), beta.f32(), y.data<float>(),
+                                              save_mean.f32(), save_invstd.f32(), rm, rv, momentum,
+                                              residual ? shortcut.data<float>() : nullptr);
       with_block(layout, spec_.relu, [&]<int K, bool Relu>() {
         blocked_forward_training<K, Relu>(spec_, input.data<float>(), gamma.f32(), beta.f32(), y.data<float>(),
                                           save_mean.f32(), save_invstd.f32(), rm, rv, momentum,
@@ -362,6 +337,10 @@ class LoopBatchNorm2d final : public BatchNorm2d {
       const Tensor input = x.to_layout(layout);
       const Tensor shortcut = residual ? residual->to_layout(layout) : Tensor();
       y.set_layout(layout);
+      if (layout == Layout::nhwc)
+        return channels_last_forward_inference(spec_, input.data<float>(), gamma.f32(), beta.f32(),
+                                               running_mean.f32(), running_var.f32(), y.data<float>(),
+                                               residual ? shortcut.data<float>() : nullptr);
       with_block(layout, spec_.relu, [&]<int K, bool Relu>() {
         blocked_forward_inference<K, Relu>(spec_, input.data<float>(), gamma.f32(), beta.f32(), running_mean.f32(),
                                            running_var.f32(), y.data<float>(),
@@ -389,6 +368,10 @@ class LoopBatchNorm2d final : public BatchNorm2d {
       const Tensor input = x.to_layout(layout), gradient = dy.to_layout(layout);
       const Tensor output = relu_output ? relu_output->to_layout(layout) : Tensor();
       dx.set_layout(layout);
+      if (layout == Layout::nhwc)
+        return channels_last_backward_training(spec_, input.data<float>(), relu_mask_source(output),
+                                               gradient.data<float>(), gamma.f32(), save_mean.f32(),
+                                               save_invstd.f32(), dx.data<float>(), dgamma.f32(), dbeta.f32());
       with_block(layout, spec_.backward_masks_relu(), [&]<int K, bool Relu>() {
         blocked_backward_training<K, Relu>(spec_, input.data<float>(), Relu ? output.data<float>() : nullptr,
                                            gradient.data<float>(), gamma.f32(), save_mean.f32(), save_invstd.f32(),
@@ -432,6 +415,10 @@ class LoopBatchNorm2d final : public BatchNorm2d {
       const Tensor input = x.to_layout(layout), gradient = dy.to_layout(layout);
       const Tensor output = relu_output ? relu_output->to_layout(layout) : Tensor();
       dx.set_layout(layout);
+      if (layout == Layout::nhwc)
+        return channels_last_backward_inference(spec_, input.data<float>(), relu_mask_source(output),
+                                                gradient.data<float>(), gamma.f32(), running_mean.f32(),
+                                                running_var.f32(), dx.data<float>(), dgamma.f32(), dbeta.f32());
       with_block(layout, spec_.backward_masks_relu(), [&]<int K, bool Relu>() {
         blocked_backward_inference<K, Relu>(spec_, input.data<float>(), Relu ? output.data<float>() : nullptr,
                                             gradient.data<float>(), gamma.f32(), running_mean.f32(),
@@ -462,6 +449,11 @@ class LoopBatchNorm2d final : public BatchNorm2d {
   void plain_output_ops(Tensor& y, const Tensor* residual) const {
     if (residual != nullptr) add(y, *residual, y);
     if (spec_.relu) relu_forward(y, y);
+  }
+
+  // The fused ReLU's output when backward masks with it, else null.
+  const float* relu_mask_source(const Tensor& relu_output) const {
+    return spec_.backward_masks_relu() ? relu_output.data<float>() : nullptr;
   }
 
   // dy in NCHW, through the ReLU's mask when one is fused.

@@ -266,7 +266,7 @@ class DnnlConv2d final : public Conv2d {
         fused_forward_desc(geometry_, fwd_pd_, dnnl::algorithm::convolution_direct);
     const memory::desc output(fused.data.dst_desc);
     std::optional<Layout> layout;
-    for (Layout candidate : {Layout::blocked8, Layout::blocked16})
+    for (Layout candidate : {Layout::blocked8, Layout::blocked16, Layout::nhwc})
       if (geometry_.spec.out_channels % layout_block(candidate) == 0 &&
           same_bytes(layout_desc(geometry_.dst, candidate), output))
         layout = candidate;

@@ -32,6 +32,7 @@ memory::desc layout_desc(const memory::dims& dims, Layout layout) {
   switch (layout) {
     case Layout::blocked8: return {dims, memory::data_type::f32, tag::nChw8c};
     case Layout::blocked16: return {dims, memory::data_type::f32, tag::nChw16c};
+    case Layout::nhwc: return {dims, memory::data_type::f32, tag::nhwc};
     case Layout::plain: break;
   }
   return {dims, memory::data_type::f32, dims.size() == 5 ? tag::goihw : dims.size() == 2 ? tag::nc : tag::nchw};
@@ -70,15 +71,14 @@ void LayoutBridge::init(const memory::desc& plain, const memory::desc& chosen, R
   if (same_bytes(plain, chosen)) {
     chosen_layout_ = Layout::plain;
   } else if (dims_.size() == 4) {
-    for (Layout layout : {Layout::blocked8, Layout::blocked16})
+    for (Layout layout : {Layout::blocked8, Layout::blocked16, Layout::nhwc})
       if (dims_[1] % layout_block(layout) == 0 && same_bytes(layout_desc(dims_, layout), chosen))
         chosen_layout_ = layout;
   }
-  // A choice no Tensor can hold (AMX's brgemm kernels take only nhwc) is written
-  // out blocked all the same where the op may leave its output blocked: nhwc to
-  // nChw16c moves 64-byte runs, while nhwc to NCHW is a full transpose (measured,
-  // docs/performance.md, twenty-second session), and the ops between convolutions
-  // run on blocked tensors either way.
+  // A choice no Tensor can hold (another oneDNN format) is written out blocked all
+  // the same where the op may leave its output blocked: the ops between
+  // convolutions run on blocked tensors, and a block moves 32- or 64-byte runs
+  // where NCHW would be a full transpose (docs/performance.md, twenty-second session).
   writable_block_ = Layout::plain;
   if (chosen_layout_) {
     writable_block_ = *chosen_layout_;

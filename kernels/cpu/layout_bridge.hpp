@@ -35,7 +35,7 @@ void bind_buffer(dnnl::memory& target, std::size_t bytes, Tensor& owner);
 bool same_bytes(const dnnl::memory::desc& a, const dnnl::memory::desc& b);
 
 // The oneDNN descriptor of a tensor with `dims` in `layout` (float32): nchw or
-// goihw for plain, nChw8c / nChw16c for the blocked ones.
+// goihw for plain, nChw8c / nChw16c for the blocked ones, nhwc.
 dnnl::memory::desc layout_desc(const dnnl::memory::dims& dims, Layout layout);
 
 // `desc` with its trailing dimensions of size 1 dropped (at least two kept), where
@@ -65,9 +65,9 @@ class OutputReorder {
 // One tensor argument of a primitive. Inputs arrive in whatever layout their
 // tensor holds (Tensor::layout) and are reordered only when the primitive chose
 // another; an output is written in place when the primitive's choice is a layout a
-// Tensor can hold and the op was allowed to leave it blocked (Conv2dSpec::
-// blocked_outputs), else through a temporary reordered into a blocked layout (when
-// allowed and the channels divide) or NCHW.
+// Tensor can hold (NCHW, nChw8c, nChw16c, nhwc) and the op was allowed to leave it
+// so (Conv2dSpec::blocked_outputs), else through a temporary reordered into a
+// blocked layout (when allowed and the channels divide) or NCHW.
 class LayoutBridge {
  public:
   enum class Role { input, output };
@@ -114,9 +114,9 @@ class LayoutBridge {
   // Tensor can hold it, else the widest block the channels allow.
   Layout writable_block_ = Layout::plain;
   dnnl::memory inner_;
-  std::array<dnnl::memory, 3> outer_;
-  std::array<std::optional<dnnl::reorder>, 3> input_reorders_;
-  std::array<std::optional<OutputReorder>, 3> output_reorders_;
+  std::array<dnnl::memory, kLayoutCount> outer_;
+  std::array<std::optional<dnnl::reorder>, kLayoutCount> input_reorders_;
+  std::array<std::optional<OutputReorder>, kLayoutCount> output_reorders_;
   dnnl::memory accumulated_;
   std::optional<OutputReorder> accumulating_reorder_;
   std::size_t bytes_ = 0;

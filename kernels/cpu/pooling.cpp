@@ -1,5 +1,6 @@
 #include "kernels/cpu/pooling.hpp"
 
+#include <algorithm>
 #include <array>
 #include <memory>
 #include <unordered_map>
@@ -88,7 +89,7 @@ class DnnlPool2d final : public Pool2d {
 
  private:
   // The primitives for activations in one layout. Plain tensors run in NHWC
-  // through reorders (see above); blocked ones run in their own layout directly.
+  // through reorders (see above); blocked and nhwc ones run in their own layout directly.
   struct Variant {
     bool reordered = false;
     dnnl::pooling_forward training, inference;
@@ -156,7 +157,7 @@ class DnnlPool2d final : public Pool2d {
   }
 
   Pool2dSpec spec_;
-  std::array<std::unique_ptr<Variant>, 3> variants_;
+  std::array<std::unique_ptr<Variant>, kLayoutCount> variants_;
   Layout trained_layout_ = Layout::plain;
 };
 
@@ -206,9 +207,45 @@ void blocked_global_avg_pool_backward(const Tensor& dy, Tensor& dx) {
   }
 }
 
+// nhwc: a sample's pixels in turn, all its channels as the vector lanes; each
+// channel is summed in pixel order, as in the blocked loops.
+void nhwc_global_avg_pool_forward(const Tensor& x, Tensor& y) {
+  const std::int64_t batch = x.dim(0), channels = x.dim(1), plane_size = x.dim(2) * x.dim(3);
+  const float* in = x.data<float>();
+  float* out = y.data<float>();
+  const float inverse_size = 1.0f / static_cast<float>(plane_size);
+#pragma omp parallel for schedule(static) if (batch * channels * plane_size >= kParallelThreshold)
+  for (std::int64_t n = 0; n < batch; ++n) {
+    const float* src = in + n * plane_size * channels;
+    float* sums = out + n * channels;
+    std::fill_n(sums, channels, 0.0f);
+    for (std::int64_t i = 0; i < plane_size; ++i)
+#pragma omp simd
+      for (std::int64_t c = 0; c < channels; ++c) sums[c] += src[i * channels + c];
+#pragma omp simd
+    for (std::int64_t c = 0; c < channels; ++c) sums[c] *= inverse_size;
+  }
+}
+
+void nhwc_global_avg_pool_backward(const Tensor& dy, Tensor& dx) {
+  const std::int64_t batch = dx.dim(0), channels = dx.dim(1), plane_size = dx.dim(2) * dx.dim(3);
+  const float* grad_out = dy.data<float>();
+  float* grad_in = dx.data<float>();
+  const float inverse_size = 1.0f / static_cast<float>(plane_size);
+#pragma omp parallel for schedule(static) if (batch * channels * plane_size >= kParallelThreshold)
+  for (std::int64_t n = 0; n < batch; ++n) {
+    const float* share = grad_out + n * channels;
+    float* dst = grad_in + n * plane_size * channels;
+    for (std::int64_t i = 0; i < plane_size; ++i)
+#pragma omp simd
+      for (std::int64_t c = 0; c < channels; ++c) dst[i * channels + c] = share[c] * inverse_size;
+  }
+}
+
 }  // namespace
 
 void global_avg_pool_forward(const Tensor& x, Tensor& y) {
+  if (x.layout() == Layout::nhwc) return nhwc_global_avg_pool_forward(x, y);
   if (x.layout() != Layout::plain) return blocked_global_avg_pool_forward(x, y);
   const std::int64_t planes = x.dim(0) * x.dim(1), plane_size = x.dim(2) * x.dim(3);
   const float* in = x.data<float>();
@@ -225,6 +262,7 @@ void global_avg_pool_forward(const Tensor& x, Tensor& y) {
 }
 
 void global_avg_pool_backward(const Tensor& dy, Tensor& dx) {
+  if (dx.layout() == Layout::nhwc) return nhwc_global_avg_pool_backward(dy, dx);
   if (dx.layout() != Layout::plain) return blocked_global_avg_pool_backward(dy, dx);
   const std::int64_t planes = dx.dim(0) * dx.dim(1), plane_size = dx.dim(2) * dx.dim(3);
   const float* grad_out = dy.data<float>();

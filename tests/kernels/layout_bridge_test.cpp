@@ -91,10 +91,10 @@ INSTANTIATE_TEST_SUITE_P(Weights, OutputBridge,
                                   std::to_string(s.kernel);
                          });
 
-// An activation a primitive writes in nhwc (AMX's brgemm kernels take no other),
-// which no Tensor layout holds: written out blocked where the op may leave its
-// output blocked, with the widest block its channels allow, else NCHW; the values
-// land at their NCHW index either way.
+// An activation a primitive writes in nhwc (AMX's brgemm kernels take no other):
+// written in place, the tensor then nhwc, where the op may leave its output in the
+// primitive's layout, whatever the channel count; else reordered into NCHW. The
+// values land at their NCHW index either way.
 struct ActivationCase {
   std::int64_t channels;
   bool blocked_output;
@@ -106,7 +106,7 @@ void PrintTo(const ActivationCase& c, std::ostream* os) {
 
 class NhwcOutput : public ::testing::TestWithParam<ActivationCase> {};
 
-TEST_P(NhwcOutput, LandsInTheWidestAllowedBlockAtItsPlainIndex) {
+TEST_P(NhwcOutput, IsWrittenInPlaceWhereAllowedAndLandsAtItsPlainIndex) {
   const ActivationCase c = GetParam();
   const std::int64_t batch = 2, height = 3, width = 5;
   const memory::dims dims{batch, c.channels, height, width};
@@ -124,6 +124,8 @@ TEST_P(NhwcOutput, LandsInTheWidestAllowedBlockAtItsPlainIndex) {
       for (std::int64_t w = 0; w < width; ++w)
         for (std::int64_t ch = 0; ch < c.channels; ++ch)
           nhwc[((n * height + h) * width + w) * c.channels + ch] = value(n, ch, h, w);
+  EXPECT_EQ(bridge.primitive_memory().get_data_handle() == y.raw_data(), c.expected == Layout::nhwc)
+      << "in place exactly when the tensor takes nhwc";
   bridge.finish_output(y);
   stream().wait();
   EXPECT_EQ(y.layout(), c.expected);
@@ -138,14 +140,37 @@ TEST_P(NhwcOutput, LandsInTheWidestAllowedBlockAtItsPlainIndex) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Activations, NhwcOutput,
-                         ::testing::Values(ActivationCase{32, true, Layout::blocked16},
-                                           ActivationCase{24, true, Layout::blocked8},
-                                           ActivationCase{12, true, Layout::plain},
-                                           ActivationCase{32, false, Layout::plain}),
+                         ::testing::Values(ActivationCase{32, true, Layout::nhwc},
+                                           ActivationCase{12, true, Layout::nhwc},
+                                           ActivationCase{32, false, Layout::plain},
+                                           ActivationCase{12, false, Layout::plain}),
                          [](const auto& info) {
                            const ActivationCase& c = info.param;
                            return "c" + std::to_string(c.channels) + (c.blocked_output ? "_blocked" : "_plain");
                          });
+
+// A choice no Tensor layout holds (nChw4c here) lands, where allowed, in the
+// widest block the channels allow, through the bridge's reorder.
+TEST(OtherActivationFormat, LandsInTheWidestBlockAtItsPlainIndex) {
+  const std::int64_t batch = 2, channels = 24, height = 3, width = 2, plane = height * width;
+  const memory::dims dims{batch, channels, height, width};
+  LayoutBridge bridge;
+  bridge.init(memory::desc(dims, memory::data_type::f32, tag::nchw),
+              memory::desc(dims, memory::data_type::f32, tag::nChw4c), LayoutBridge::Role::output, true);
+  Tensor y = Tensor::empty({batch, channels, height, width}), temporary;
+  bridge.bind_output(y, temporary);
+  auto* chosen = static_cast<float*>(bridge.primitive_memory().get_data_handle());
+  ASSERT_NE(chosen, y.raw_data());
+  for (std::int64_t n = 0; n < batch; ++n)
+    for (std::int64_t c = 0; c < channels; ++c)
+      for (std::int64_t i = 0; i < plane; ++i)
+        chosen[((n * channels / 4 + c / 4) * plane + i) * 4 + c % 4] = static_cast<float>((n * channels + c) * plane + i);
+  bridge.finish_output(y);
+  stream().wait();
+  EXPECT_EQ(y.layout(), Layout::blocked8);
+  const std::vector<float> values = y.to_vector();
+  for (std::size_t i = 0; i < values.size(); ++i) ASSERT_EQ(values[i], static_cast<float>(i));
+}
 
 TEST(WithoutTrailingUnitDims, DropsOnlyTrailingOnesAndKeepsTheBytes) {
   const memory::desc weights({256, 1024, 1, 1}, memory::data_type::f32, tag::ABcd16b16a);

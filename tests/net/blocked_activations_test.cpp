@@ -9,9 +9,11 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/isa.hpp"
 #include "net/encoder.hpp"
 #include "net/model.hpp"
 #include "tests/net/net_testing.hpp"
+#include "tests/support/compute_type.hpp"
 
 namespace bigtrain::net {
 namespace {
@@ -76,6 +78,53 @@ TEST_P(BlockedActivations, TrainingStepEqualsThePlainLayoutOne) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Presets, BlockedActivations, ::testing::Values("resnet18", "resnet50", "small"));
+
+// Counts the ReLU inputs a pass sees in each layout.
+class LayoutTally final : public ReluInputHook {
+ public:
+  void before_relu(const std::string&, Tensor& input) override {
+    ++total;
+    if (input.layout() == Layout::nhwc) ++nhwc;
+    if (input.layout() != Layout::plain) ++kept;
+  }
+  int total = 0, nhwc = 0, kept = 0;
+};
+
+// bfloat16 convolutions: on a CPU with AMX oneDNN's kernels read and write only nhwc,
+// and the activations stay in it between them (Layout::nhwc); elsewhere they stay
+// blocked. Either way the step equals the one reordering into NCHW around every op
+// (frozen BatchNorm: the same arithmetic in every layout).
+TEST(Bf16Activations, StayInTheConvolutionsLayoutAndGiveThePlainLayoutStep) {
+  BT_SKIP_UNLESS_COMPUTES(Backend::cpu, DType::bf16);
+  EncoderSpec spec = EncoderSpec::preset_spec("resnet18");
+  spec.in_channels = 1;
+  Encoder encoder(spec, 5);
+  const Tensor x = random_tensor({2, 1, 64, 64}, 3);
+  ForwardContext frozen = ForwardContext::train(Backend::cpu);
+  frozen.freeze_bn = true;
+  frozen.compute_dtype = DType::bf16;
+  const Shape features = encoder.forward(x, ForwardContext::inference(Backend::cpu)).shape();
+  const std::vector<double> r = random_doubles(static_cast<std::size_t>(shape_numel(features)), 9);
+  LayoutTally tally;
+  ForwardContext counted = frozen;
+  counted.relu_input_hook = &tally;
+  ForwardContext plain_ctx = frozen;
+  plain_ctx.blocked_activations = false;
+  const LayerGradients kept = run_forward_backward(encoder, x, counted, r);
+  const LayerGradients plain = run_forward_backward(encoder, x, plain_ctx, r);
+  const std::string isa = kernels::cpu::effective_isa_name();
+  std::printf("[bf16] %s: %d of %d ReLU inputs nhwc, %d not NCHW\n", isa.c_str(), tally.nhwc, tally.total, tally.kept);
+  EXPECT_GT(tally.kept, tally.total / 2);
+  if (isa.find("amx") != std::string::npos)
+    EXPECT_GT(tally.nhwc, tally.total / 2) << "AMX's bf16 kernels write nhwc, which the activations should keep";
+  else
+    std::printf("[bf16] no AMX (%s): the bf16 kernels choose blocked layouts, nhwc not expected\n", isa.c_str());
+  expect_close(kept.y, plain.y, {1e-5, 1e-7}, "features");
+  ASSERT_EQ(kept.params.size(), plain.params.size());
+  for (std::size_t i = 0; i < plain.params.size(); ++i)
+    expect_close(kept.params[i], plain.params[i], {static_cast<std::int64_t>(plain.params[i].size())}, {1e-5, 1e-7},
+                 "parameter gradient " + std::to_string(i));
+}
 
 }  // namespace
 }  // namespace bigtrain::net
