@@ -27,6 +27,8 @@ namespace bigtrain::kernels::cpu {
 // NCHW suits a per-channel op: each (n, c) plane is contiguous, so every channel
 // is N simple vectorisable streams, and channels are independent (parallel, and
 // deterministic whatever the thread count: each channel sums in a fixed order).
+// nhwc tensors (what AMX's bf16 convolutions write) run through
+// batch_norm_channels_last.cpp, with the blocked loops' bits.
 
 namespace {
 
