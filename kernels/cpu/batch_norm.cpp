@@ -161,17 +161,9 @@ void blocked_forward_training(const BatchNormSpec& spec, const float* xs, const 
     for (int k = 0; k < K; ++k) shift[k] = xs[groups.offset(0, g) + k];
     blocked_moments(groups, xs, g, shift, sum, squares);
     for (int k = 0; k < K; ++k) {
-      const std::int64_t c = g * K + k;
-      const TrainingStatistics stats = training_statistics(shift[k], sum[k], squares[k], count, spec.epsilon);
-      mean_out[c] = static_cast<float>(stats.mean);
-      invstd_out[c] = static_cast<float>(stats.invstd);
-      if (rm != nullptr) {
-        rm[c] = static_cast<float>((1.0 - momentum) * rm[c] + momentum * stats.mean);
-        rv[c] = static_cast<float>((1.0 - momentum) * rv[c] + momentum * stats.running_var_sample);
-      }
-      const double scale = static_cast<double>(gamma[c]) * stats.invstd;
-      a[k] = static_cast<float>(scale);
-      b[k] = static_cast<float>(beta[c] - stats.mean * scale);
+      const ChannelAffine affine = training_affine(g * K + k, shift[k], sum[k], squares[k], count, spec.epsilon, gamma,
+                                                   beta, momentum, mean_out, invstd_out, rm, rv);
+      a[k] = affine.a, b[k] = affine.b;
     }
     blocked_affine<K, Relu>(groups, xs, ys, g, a, b, residual);
   }
@@ -185,10 +177,8 @@ void blocked_forward_inference(const BatchNormSpec& spec, const float* xs, const
   for (std::int64_t g = 0; g < groups.count(); ++g) {
     float a[K], b[K];
     for (int k = 0; k < K; ++k) {
-      const std::int64_t c = g * K + k;
-      const double scale = gamma[c] / std::sqrt(static_cast<double>(rv[c]) + spec.epsilon);
-      a[k] = static_cast<float>(scale);
-      b[k] = static_cast<float>(beta[c] - rm[c] * scale);
+      const ChannelAffine affine = inference_affine(g * K + k, gamma, beta, rm, rv, spec.epsilon);
+      a[k] = affine.a, b[k] = affine.b;
     }
     blocked_affine<K, Relu>(groups, xs, ys, g, a, b, residual);
   }
@@ -208,13 +198,8 @@ void blocked_backward_training(const BatchNormSpec& spec, const float* xs, const
     for (int k = 0; k < K; ++k) m[k] = mean[g * K + k];
     blocked_gradient_sums<K, Relu>(groups, xs, ys, dys, g, m, sum_dy, sum_dy_xmu);
     for (int k = 0; k < K; ++k) {
-      const std::int64_t c = g * K + k;
-      const double invstd = inv[c];
-      dg[c] = static_cast<float>(sum_dy_xmu[k] * invstd);
-      db[c] = static_cast<float>(sum_dy[k]);
-      scale[k] = static_cast<float>(gamma[c] * invstd);
-      mean_dy[k] = static_cast<float>(sum_dy[k] / count);
-      xmu_scale[k] = static_cast<float>(sum_dy_xmu[k] * invstd * invstd / count);
+      const TrainingGradient gradient = training_gradient(g * K + k, sum_dy[k], sum_dy_xmu[k], count, gamma, inv, dg, db);
+      scale[k] = gradient.scale, mean_dy[k] = gradient.mean_dy, xmu_scale[k] = gradient.xmu_scale;
     }
     for (std::int64_t n = 0; n < spec.batch; ++n) {
       const float* xp = xs + groups.offset(n, g);
@@ -241,13 +226,8 @@ void blocked_backward_inference(const BatchNormSpec& spec, const float* xs, cons
     float m[K], a[K];
     for (int k = 0; k < K; ++k) m[k] = rm[g * K + k];
     blocked_gradient_sums<K, Relu>(groups, xs, ys, dys, g, m, sum_dy, sum_dy_xmu);
-    for (int k = 0; k < K; ++k) {
-      const std::int64_t c = g * K + k;
-      const double invstd = 1.0 / std::sqrt(static_cast<double>(rv[c]) + spec.epsilon);
-      dg[c] = static_cast<float>(sum_dy_xmu[k] * invstd);
-      db[c] = static_cast<float>(sum_dy[k]);
-      a[k] = static_cast<float>(gamma[c] * invstd);
-    }
+    for (int k = 0; k < K; ++k)
+      a[k] = inference_gradient(g * K + k, sum_dy[k], sum_dy_xmu[k], gamma, rv, spec.epsilon, dg, db);
     // dx = a * dy + 0, as the plain loop's affine() computes it.
     for (std::int64_t n = 0; n < spec.batch; ++n) {
       const float* yp = Relu ? ys + groups.offset(n, g) : nullptr;
@@ -319,16 +299,9 @@ class LoopBatchNorm2d final : public BatchNorm2d {
       const float shift = xs[planes.offset(0, c)];
       double sum = 0.0, squares = 0.0;
       shifted_moments(planes, xs, c, shift, sum, squares);
-      const TrainingStatistics stats = training_statistics(shift, sum, squares, count, spec_.epsilon);
-      mean_out[c] = static_cast<float>(stats.mean);
-      invstd_out[c] = static_cast<float>(stats.invstd);
-      if (rm != nullptr) {
-        // PyTorch's running estimates: r = (1 - m) r + m stat, with the unbiased variance.
-        rm[c] = static_cast<float>((1.0 - momentum) * rm[c] + momentum * stats.mean);
-        rv[c] = static_cast<float>((1.0 - momentum) * rv[c] + momentum * stats.running_var_sample);
-      }
-      const double a = static_cast<double>(g[c]) * stats.invstd;
-      affine(planes, xs, ys, c, static_cast<float>(a), static_cast<float>(b[c] - stats.mean * a));
+      const ChannelAffine channel = training_affine(c, shift, sum, squares, count, spec_.epsilon, g, b, momentum,
+                                                    mean_out, invstd_out, rm, rv);
+      affine(planes, xs, ys, c, channel.a, channel.b);
     }
     plain_output_ops(y, residual);
   }
@@ -357,8 +330,8 @@ class LoopBatchNorm2d final : public BatchNorm2d {
     float* ys = y.f32();
 #pragma omp parallel for schedule(static)
     for (std::int64_t c = 0; c < spec_.channels; ++c) {
-      const double a = g[c] / std::sqrt(static_cast<double>(rv[c]) + spec_.epsilon);
-      affine(planes, xs, ys, c, static_cast<float>(a), static_cast<float>(b[c] - rm[c] * a));
+      const ChannelAffine channel = inference_affine(c, g, b, rm, rv, spec_.epsilon);
+      affine(planes, xs, ys, c, channel.a, channel.b);
     }
     plain_output_ops(y, residual);
   }
@@ -391,13 +364,9 @@ class LoopBatchNorm2d final : public BatchNorm2d {
     for (std::int64_t c = 0; c < spec_.channels; ++c) {
       double sum_dy = 0.0, sum_dy_xmu = 0.0;
       gradient_sums(planes, xs, dys, c, mean[c], sum_dy, sum_dy_xmu);
-      const double invstd = inv[c];
-      dg[c] = static_cast<float>(sum_dy_xmu * invstd);
-      db[c] = static_cast<float>(sum_dy);
       // dx = gamma*invstd * (dy - mean(dy) - (x - mean) * invstd^2 * mean(dy*(x - mean))).
-      const float scale = static_cast<float>(g[c] * invstd);
-      const float mean_dy = static_cast<float>(sum_dy / count);
-      const float xmu_scale = static_cast<float>(sum_dy_xmu * invstd * invstd / count);
+      const TrainingGradient coefficients = training_gradient(c, sum_dy, sum_dy_xmu, count, g, inv, dg, db);
+      const float scale = coefficients.scale, mean_dy = coefficients.mean_dy, xmu_scale = coefficients.xmu_scale;
       const float m = mean[c];
       for (std::int64_t n = 0; n < spec_.batch; ++n) {
         const float* xp = xs + planes.offset(n, c);
@@ -436,12 +405,9 @@ class LoopBatchNorm2d final : public BatchNorm2d {
 #pragma omp parallel for schedule(static)
     for (std::int64_t c = 0; c < spec_.channels; ++c) {
       // The running statistics are constants here: y is affine in x.
-      const double invstd = 1.0 / std::sqrt(static_cast<double>(rv[c]) + spec_.epsilon);
       double sum_dy = 0.0, sum_dy_xmu = 0.0;
       gradient_sums(planes, xs, dys, c, rm[c], sum_dy, sum_dy_xmu);
-      dg[c] = static_cast<float>(sum_dy_xmu * invstd);
-      db[c] = static_cast<float>(sum_dy);
-      affine(planes, dys, dxs, c, static_cast<float>(g[c] * invstd), 0.0f);
+      affine(planes, dys, dxs, c, inference_gradient(c, sum_dy, sum_dy_xmu, g, rv, spec_.epsilon, dg, db), 0.0f);
     }
   }
 

@@ -117,16 +117,9 @@ void forward_training(const BatchNormSpec& spec, const float* x, const float* ga
   const double count = static_cast<double>(rows.count());
   std::vector<float> a(channels), b(channels);
   for (std::int64_t c = 0; c < channels; ++c) {
-    const TrainingStatistics stats = training_statistics(shift[c], sum[c], squares[c], count, spec.epsilon);
-    mean_out[c] = static_cast<float>(stats.mean);
-    invstd_out[c] = static_cast<float>(stats.invstd);
-    if (rm != nullptr) {
-      rm[c] = static_cast<float>((1.0 - momentum) * rm[c] + momentum * stats.mean);
-      rv[c] = static_cast<float>((1.0 - momentum) * rv[c] + momentum * stats.running_var_sample);
-    }
-    const double scale = static_cast<double>(gamma[c]) * stats.invstd;
-    a[c] = static_cast<float>(scale);
-    b[c] = static_cast<float>(beta[c] - stats.mean * scale);
+    const ChannelAffine affine = training_affine(c, shift[c], sum[c], squares[c], count, spec.epsilon, gamma, beta,
+                                                 momentum, mean_out, invstd_out, rm, rv);
+    a[c] = affine.a, b[c] = affine.b;
   }
   affine_rows<Relu>(rows, x, y, a.data(), b.data(), residual);
 }
@@ -141,12 +134,8 @@ void backward_training(const BatchNormSpec& spec, const float* x, const float* y
   const double count = static_cast<double>(rows.count());
   std::vector<float> scale(channels), mean_dy(channels), xmu_scale(channels);
   for (std::int64_t c = 0; c < channels; ++c) {
-    const double invstd = inv[c];
-    dg[c] = static_cast<float>(sum_dy_xmu[c] * invstd);
-    db[c] = static_cast<float>(sum_dy[c]);
-    scale[c] = static_cast<float>(gamma[c] * invstd);
-    mean_dy[c] = static_cast<float>(sum_dy[c] / count);
-    xmu_scale[c] = static_cast<float>(sum_dy_xmu[c] * invstd * invstd / count);
+    const TrainingGradient gradient = training_gradient(c, sum_dy[c], sum_dy_xmu[c], count, gamma, inv, dg, db);
+    scale[c] = gradient.scale, mean_dy[c] = gradient.mean_dy, xmu_scale[c] = gradient.xmu_scale;
   }
   const float *sp = scale.data(), *mp = mean_dy.data(), *xp_scale = xmu_scale.data();
 #pragma omp parallel for schedule(static)
@@ -169,12 +158,8 @@ void backward_inference(const BatchNormSpec& spec, const float* x, const float* 
   std::vector<double> sum_dy(channels), sum_dy_xmu(channels);
   gradient_sums<Relu>(rows, x, y, dy, rm, sum_dy.data(), sum_dy_xmu.data());
   std::vector<float> a(channels);
-  for (std::int64_t c = 0; c < channels; ++c) {
-    const double invstd = 1.0 / std::sqrt(static_cast<double>(rv[c]) + spec.epsilon);
-    dg[c] = static_cast<float>(sum_dy_xmu[c] * invstd);
-    db[c] = static_cast<float>(sum_dy[c]);
-    a[c] = static_cast<float>(gamma[c] * invstd);
-  }
+  for (std::int64_t c = 0; c < channels; ++c)
+    a[c] = inference_gradient(c, sum_dy[c], sum_dy_xmu[c], gamma, rv, spec.epsilon, dg, db);
   const float* ap = a.data();
   // dx = a * dy + 0, as the plain loop's affine() computes it.
 #pragma omp parallel for schedule(static)
@@ -206,9 +191,8 @@ void channels_last_forward_inference(const BatchNormSpec& spec, const float* x, 
   const Rows rows(spec);
   std::vector<float> a(rows.channels), b(rows.channels);
   for (std::int64_t c = 0; c < rows.channels; ++c) {
-    const double scale = gamma[c] / std::sqrt(static_cast<double>(running_var[c]) + spec.epsilon);
-    a[c] = static_cast<float>(scale);
-    b[c] = static_cast<float>(beta[c] - running_mean[c] * scale);
+    const ChannelAffine affine = inference_affine(c, gamma, beta, running_mean, running_var, spec.epsilon);
+    a[c] = affine.a, b[c] = affine.b;
   }
   if (spec.relu)
     affine_rows<true>(rows, x, y, a.data(), b.data(), residual);
