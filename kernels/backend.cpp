@@ -15,7 +15,7 @@ constexpr std::array kAllOps{
     Op::relu,           Op::add,            Op::axpy,         Op::scale,          Op::sum_of_squares,
     Op::all_finite,     Op::dropout,        Op::mean_rows,    Op::max_rows,       Op::tanh,
     Op::sigmoid,        Op::multiply,       Op::softmax,      Op::weighted_sum_rows, Op::cross_entropy,
-    Op::sgd_update,     Op::adamw_update,
+    Op::sgd_update,     Op::adamw_update,   Op::frozen_norm_conv,
 };
 
 // The one place that knows which backends this build contains.
@@ -60,6 +60,7 @@ const char* op_name(Op op) {
     case Op::cross_entropy: return "cross_entropy";
     case Op::sgd_update: return "sgd_update";
     case Op::adamw_update: return "adamw_update";
+    case Op::frozen_norm_conv: return "frozen_norm_conv";
   }
   return "unknown op";
 }

@@ -37,6 +37,7 @@ enum class Op : std::uint8_t {
   cross_entropy,
   sgd_update,
   adamw_update,
+  frozen_norm_conv,
 };
 
 const char* op_name(Op op);

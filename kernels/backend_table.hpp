@@ -17,6 +17,7 @@
 #include "kernels/batch_norm.hpp"
 #include "kernels/conv2d.hpp"
 #include "kernels/cross_entropy.hpp"
+#include "kernels/frozen_norm_conv.hpp"
 #include "kernels/group_norm.hpp"
 #include "kernels/linear.hpp"
 #include "kernels/optimizer_update.hpp"
@@ -77,6 +78,10 @@ struct BackendTable {
                      Tensor& momentum_buffer);
   void (*adamw_update)(const AdamWHyper& hyper, std::int64_t step, Tensor& param, const Tensor& grad,
                        Tensor& exp_avg, Tensor& exp_avg_sq);
+  void (*frozen_norm_scale_weights)(const FrozenNorm& norm, const Tensor& weight, Tensor& scaled_weight);
+  void (*frozen_norm_gradients)(const FrozenNorm& norm, const Tensor& weight, const Tensor& raw_weight_grad,
+                                const Tensor& output_grad_sum, Tensor& dweight, Tensor& dgamma, Tensor& dbeta,
+                                bool accumulate);
 };
 
 // The table of `backend` after require_support(op, backend, dtype): an op the

@@ -13,10 +13,9 @@ namespace bigtrain::kernels {
 
 // What a fused forward applies to the convolution's output (bias included), in the
 // order the separate layers would: BatchNorm with its running statistics (inference,
-// or frozen), the residual add, ReLU. One op instead of three passes over memory for
-// the passes that keep no activations (inference, evaluation, pass 1 of training with
-// frozen BatchNorm); a fused op has no backward, since backward needs the
-// intermediate tensors it never writes.
+// or frozen), the residual add, ReLU. One op instead of three passes over memory. A
+// fused op runs forward only; training through it takes the plain op's backward and
+// kernels/frozen_norm_conv.hpp for BatchNorm's share (net/conv_bn_fusion.hpp).
 struct ConvEpilogue {
   bool batch_norm = false;
   float bn_epsilon = 1e-5f;

@@ -8,6 +8,7 @@
 #include "kernels/cpu/conv2d.hpp"
 #include "kernels/cpu/cross_entropy.hpp"
 #include "kernels/cpu/elementwise.hpp"
+#include "kernels/cpu/frozen_norm_conv.hpp"
 #include "kernels/cpu/isa.hpp"
 #include "kernels/cpu/linear.hpp"
 #include "kernels/cpu/optimizer_update.hpp"
@@ -75,6 +76,8 @@ const BackendTable& backend_table() {
       .cross_entropy = cpu::cross_entropy,
       .sgd_update = cpu::sgd_update,
       .adamw_update = cpu::adamw_update,
+      .frozen_norm_scale_weights = cpu::frozen_norm_scale_weights,
+      .frozen_norm_gradients = cpu::frozen_norm_gradients,
   };
   return table;
 }

@@ -8,7 +8,7 @@
 #include <spdlog/spdlog.h>
 
 #include "kernels/core/error.hpp"
-#include "kernels/cpu/bias_gradient.hpp"
+#include "kernels/cpu/channel_sums.hpp"
 #include "kernels/cpu/conv2d_primitives.hpp"
 #include "kernels/cpu/dnnl_context.hpp"
 #include "kernels/cpu/elementwise.hpp"
@@ -210,7 +210,7 @@ class DnnlConv2d final : public Conv2d {
     else
       bwd_weights_diff_weights_.finish_output(dweight);
     stream().wait();
-    if (bias_out && bias_gradient_) bias_gradient_->compute(dy.to_plain(), *bias_out);
+    if (bias_out && sums_bias_gradient_) channel_sums(dy, *bias_out);
     if (dbias && accumulate) axpy(1.0f, fresh_bias, *dbias);
   }
 
@@ -329,7 +329,7 @@ class DnnlConv2d final : public Conv2d {
                          {DNNL_ARG_SCRATCHPAD, bwd_weights_scratch_}};
     const bool bias_in_primitive = bias_in_backward_weights(geometry_);
     if (bias_in_primitive) bwd_weights_args_[DNNL_ARG_DIFF_BIAS] = bwd_weights_diff_bias_;
-    if (geometry_.spec.bias && !bias_in_primitive) bias_gradient_.emplace(geometry_.dst);
+    sums_bias_gradient_ = geometry_.spec.bias && !bias_in_primitive;
     bwd_weights_.emplace(bwd_weights_pd_);
     warn_if_reference("backward-weights", bwd_weights_pd_.impl_info_str(), geometry_.spec);
   }
@@ -363,7 +363,7 @@ class DnnlConv2d final : public Conv2d {
   LayoutBridge bwd_weights_src_, bwd_weights_diff_dst_, bwd_weights_diff_weights_;
   memory bwd_weights_diff_bias_, bwd_weights_scratch_;
   Args bwd_weights_args_;
-  std::optional<BiasGradient> bias_gradient_;
+  bool sums_bias_gradient_ = false;  // the primitive computes no bias gradient (bf16): channel_sums
 };
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include "kernels/cuda/conv2d.hpp"
 #include "kernels/cuda/cross_entropy.hpp"
 #include "kernels/cuda/elementwise.hpp"
+#include "kernels/cuda/frozen_norm_conv.hpp"
 #include "kernels/cuda/linear.hpp"
 #include "kernels/cuda/optimizer_update.hpp"
 #include "kernels/cuda/pooling.hpp"
@@ -66,6 +67,8 @@ const BackendTable& backend_table() {
       .cross_entropy = cuda::cross_entropy,
       .sgd_update = cuda::sgd_update,
       .adamw_update = cuda::adamw_update,
+      .frozen_norm_scale_weights = cuda::frozen_norm_scale_weights,
+      .frozen_norm_gradients = cuda::frozen_norm_gradients,
   };
   return table;
 }

@@ -8,6 +8,7 @@
 #include "kernels/reference/conv2d.hpp"
 #include "kernels/reference/cross_entropy.hpp"
 #include "kernels/reference/elementwise.hpp"
+#include "kernels/reference/frozen_norm_conv.hpp"
 #include "kernels/reference/linear.hpp"
 #include "kernels/reference/optimizer_update.hpp"
 #include "kernels/reference/pooling.hpp"
@@ -67,6 +68,8 @@ const BackendTable& backend_table() {
       .cross_entropy = reference::cross_entropy,
       .sgd_update = reference::sgd_update,
       .adamw_update = reference::adamw_update,
+      .frozen_norm_scale_weights = reference::frozen_norm_scale_weights,
+      .frozen_norm_gradients = reference::frozen_norm_gradients,
   };
   return table;
 }

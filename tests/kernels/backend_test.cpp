@@ -17,6 +17,7 @@
 #include "kernels/aggregation.hpp"
 #include "kernels/backend.hpp"
 #include "kernels/batch_norm.hpp"
+#include "kernels/frozen_norm_conv.hpp"
 #include "kernels/conv2d.hpp"
 #include "kernels/cross_entropy.hpp"
 #include "kernels/elementwise.hpp"
@@ -226,6 +227,13 @@ std::vector<OpCase> op_cases() {
                      Tensor param = a.floating({9}), m = a.empty({9}, a.dtype), v = a.empty({9}, a.dtype);
                      adamw_update(b, AdamWHyper{}, 1, param, a.floating({9}), m, v);
                      return to_doubles(param);
+                   }});
+  cases.push_back({Op::frozen_norm_conv, [](Backend b, Args& a) {
+                     const Tensor gamma = a.f32({3}), mean = a.f32({3}), var = a.f32({3}, 0.5f, 2.0f);
+                     const FrozenNorm norm{&gamma, &mean, &var};
+                     Tensor scaled = a.empty({3, 2, 1, 1}, a.dtype);
+                     frozen_norm_scale_weights(b, norm, a.floating({3, 2, 1, 1}), scaled);
+                     return to_doubles(scaled);
                    }});
   return cases;
 }
