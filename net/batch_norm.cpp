@@ -1,6 +1,7 @@
 #include "net/batch_norm.hpp"
 
 #include "kernels/core/error.hpp"
+#include "kernels/elementwise.hpp"
 
 namespace bigtrain::net {
 
@@ -84,9 +85,17 @@ ReceptiveField BatchNorm2d::receptive_field(const ForwardContext& ctx) const {
   return ReceptiveField::identity();
 }
 
+void BatchNorm2d::keep_fused(Backend backend, const Tensor& relu_output) {
+  Saved saved{.backend = backend, .spec = {}, .batch_statistics = false};
+  saved.y = relu_output;
+  saved.in_convolution = true;
+  saved_.push_back(std::move(saved));
+}
+
 Tensor BatchNorm2d::backward_with_relu(const Tensor& dy, ReLU& relu) {
   BT_CHECK(!saved_.empty(), "batch norm `{}`: backward without a kept forward", name());
-  if (!saved_.back().spec.backward_masks_relu()) return NormLayer::backward_with_relu(dy, relu);
+  if (!saved_.back().in_convolution && !saved_.back().spec.backward_masks_relu())
+    return NormLayer::backward_with_relu(dy, relu);
   return backward(dy);
 }
 
@@ -94,6 +103,12 @@ Tensor BatchNorm2d::backward(const Tensor& dy) {
   BT_CHECK(!saved_.empty(), "batch norm `{}`: backward without a kept forward", name());
   Saved saved = std::move(saved_.back());
   saved_.pop_back();
+  if (saved.in_convolution) {
+    if (!saved.y.defined()) return dy;
+    Tensor dz = Tensor::empty(dy.shape(), DType::f32, dy.device());
+    kernels::relu_backward(saved.backend, saved.y, dy, dz);
+    return dz;
+  }
   kernels::BatchNorm2d& bn = op(saved.backend, saved.spec);
   const Device device = backend_device(saved.backend);
   Tensor dx = Tensor::empty(saved.spec.input_shape(), DType::f32, device);
@@ -126,6 +141,17 @@ LayerFootprint BatchNorm2d::describe(const Shape& input, const PlanContext& ctx)
     fp.kept = {channels_ * sizeof(float), channels_ * sizeof(float)};  // save_mean, save_invstd
   fp.forward_scratch = batch_statistics && !ctx.forward.keep_activations ? 2 * statistic : 0;
   fp.backward_scratch = 2 * statistic;  // dgamma, dbeta before they are accumulated
+  return fp;
+}
+
+LayerFootprint BatchNorm2d::describe_fused(const Shape& input, bool masks_relu) const {
+  LayerFootprint fp;
+  fp.kind = "batchnorm (in conv)";
+  fp.output = input;
+  fp.output_is_input = true;
+  fp.keeps_output = masks_relu;
+  fp.input_gradient =
+      masks_relu ? LayerFootprint::InputGradient::allocated : LayerFootprint::InputGradient::output_gradient;
   return fp;
 }
 

@@ -29,7 +29,14 @@ class BatchNorm2d final : public NormLayer {
   // One pass (kernels::BatchNormSpec::residual) under the same conditions as
   // forward_with_relu.
   Tensor forward_add_relu(const Tensor& x, const Tensor& shortcut, ReLU& relu, const ForwardContext& ctx) override;
+  // This layer ran frozen inside the convolution before it (Conv2d::forward_fused
+  // while training), whose backward computes its gradients. Its backward then only
+  // masks the gradient with `relu_output` (the fused ReLU's output; undefined: no
+  // ReLU of its own, the gradient passes as it is).
+  void keep_fused(Backend backend, const Tensor& relu_output);
   LayerFootprint describe(const Shape& input, const PlanContext& ctx) const override;
+  // The plan's row of a keep_fused forward: the convolution wrote the output.
+  LayerFootprint describe_fused(const Shape& input, bool masks_relu) const;
   // Per position only with the running statistics (frozen, or not training).
   ReceptiveField receptive_field(const ForwardContext& ctx) const override;
   void collect_state(StateRefs& refs) override;
@@ -53,6 +60,7 @@ class BatchNorm2d final : public NormLayer {
     bool batch_statistics;  // false: normalised with the running statistics (frozen or eval)
     Tensor x, save_mean, save_invstd;
     Tensor y;  // the fused ReLU's output, whose signs mask the gradient (spec.backward_masks_relu())
+    bool in_convolution = false;  // keep_fused: y (if defined) is all there is
   };
   std::int64_t channels_;
   Parameter weight_, bias_;

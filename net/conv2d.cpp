@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "kernels/core/error.hpp"
+#include "kernels/frozen_norm_conv.hpp"
 #include "net/batch_norm.hpp"
 #include "net/init.hpp"
 
@@ -75,7 +76,8 @@ Tensor Conv2d::forward(const Tensor& x, const ForwardContext& ctx) {
 
 Tensor Conv2d::forward_fused(const Tensor& x, const ForwardContext& ctx, BatchNorm2d& bn, const Tensor* residual,
                              bool relu) {
-  BT_CHECK(!ctx.keep_activations, "conv `{}`: a fused forward keeps nothing for backward", name());
+  BT_CHECK(!ctx.keep_activations || !options_.bias,
+           "conv `{}`: training through a fused BatchNorm needs a convolution without bias", name());
   BT_CHECK(bn.channels() == options_.out_channels, "conv `{}` has {} output channels but batch norm `{}` has {}",
            name(), options_.out_channels, bn.name(), bn.channels());
   kernels::Conv2dSpec spec = spec_for(x.shape());
@@ -87,6 +89,14 @@ Tensor Conv2d::forward_fused(const Tensor& x, const ForwardContext& ctx, BatchNo
   const kernels::ConvEpilogueInputs epilogue{&bn.weight().value, &bn.bias().value, &bn.running_mean().value,
                                              &bn.running_var().value, residual};
   op(ctx.backend, spec).forward_fused(x, weight_.value, options_.bias ? &bias_.value : nullptr, epilogue, y);
+  if (ctx.keep_activations) {
+    // The op backward runs: no epilogue, and a bias gradient, which is the sum of
+    // the output gradient per channel that BatchNorm's beta gradient is.
+    kernels::Conv2dSpec backward_spec = spec;
+    backward_spec.epilogue = {};
+    backward_spec.bias = true;
+    saved_.push_back({ctx.backend, backward_spec, x, &bn});
+  }
   return y;
 }
 
@@ -94,6 +104,7 @@ Tensor Conv2d::backward(const Tensor& dy) {
   BT_CHECK(!saved_.empty(), "conv `{}`: backward without a kept forward", name());
   Saved saved = std::move(saved_.back());
   saved_.pop_back();
+  if (saved.frozen_norm) return backward_through_frozen_norm(saved, dy);
   kernels::Conv2d& conv = op(saved.backend, saved.spec);
   const Device device = backend_device(saved.backend);
   Tensor dx;
@@ -111,6 +122,41 @@ Tensor Conv2d::backward(const Tensor& dy) {
   conv.backward(saved.x, dy, weight_.value, input_grad_ ? &dx : nullptr, dweight, options_.bias ? &dbias : nullptr);
   weight_.accumulate_grad(saved.backend, std::move(dweight));
   if (options_.bias) bias_.accumulate_grad(saved.backend, std::move(dbias));
+  return dx;
+}
+
+// dz: the gradient of the fused BatchNorm's output (ReLU's mask applied).
+Tensor Conv2d::backward_through_frozen_norm(Saved& saved, const Tensor& dz) {
+  BatchNorm2d& bn = *saved.frozen_norm;
+  const kernels::FrozenNorm norm{&bn.weight().value, &bn.running_mean().value, &bn.running_var().value,
+                                 BatchNorm2d::kEpsilon};
+  kernels::Conv2d& conv = op(saved.backend, saved.spec);
+  const Device device = backend_device(saved.backend);
+  const Shape& weight_shape = weight_.value.shape();
+  Tensor dx, scaled_weight;
+  if (input_grad_) {
+    dx = Tensor::empty(saved.spec.input_shape(), DType::f32, device);
+    scaled_weight = Tensor::empty(weight_shape, DType::f32, device);
+    kernels::frozen_norm_scale_weights(saved.backend, norm, weight_.value, scaled_weight);
+  }
+  Tensor weight_grad = Tensor::empty(weight_shape, DType::f32, device);
+  Tensor dz_sum = Tensor::empty({options_.out_channels}, DType::f32, device);
+  conv.backward(saved.x, dz, input_grad_ ? scaled_weight : weight_.value, input_grad_ ? &dx : nullptr, weight_grad,
+                &dz_sum);
+  scaled_weight = Tensor();
+  // After the optimizer's zero_grad the gradients exist and take the sums in place.
+  if (weight_.grad.defined() && bn.weight().grad.defined() && bn.bias().grad.defined()) {
+    kernels::frozen_norm_gradients(saved.backend, norm, weight_.value, weight_grad, dz_sum, weight_.grad,
+                                   bn.weight().grad, bn.bias().grad, /*accumulate=*/true);
+    return dx;
+  }
+  Tensor dgamma = Tensor::empty({options_.out_channels}, DType::f32, device);
+  Tensor dbeta = Tensor::empty({options_.out_channels}, DType::f32, device);
+  // In place: the raw weight gradient becomes the weight's.
+  kernels::frozen_norm_gradients(saved.backend, norm, weight_.value, weight_grad, dz_sum, weight_grad, dgamma, dbeta);
+  weight_.accumulate_grad(saved.backend, std::move(weight_grad));
+  bn.weight().accumulate_grad(saved.backend, std::move(dgamma));
+  bn.bias().accumulate_grad(saved.backend, std::move(dbeta));
   return dx;
 }
 
@@ -144,6 +190,22 @@ LayerFootprint Conv2d::describe(const Shape& input, const PlanContext& ctx) cons
   fp.backward_scratch = fresh_grads + std::max(input_grad_ ? scratch.backward_data : 0, weight_pass);
   fp.forward_flops = flops;
   fp.backward_flops = flops * (input_grad_ ? 2.0 : 1.0);
+  return fp;
+}
+
+LayerFootprint Conv2d::describe_with_frozen_norm(const Shape& input, const PlanContext& ctx) const {
+  LayerFootprint fp = describe(input, ctx);
+  kernels::Conv2dSpec spec = spec_for(input);
+  spec.compute_dtype = ctx.forward.compute_dtype;
+  spec.blocked_outputs = ctx.forward.blocked_activations;
+  spec.bias = true;  // the op backward_through_frozen_norm runs
+  const ConvScratch scratch = conv2d_scratch(spec, ctx.kernels);
+  const std::size_t weights = allocation_bytes(spec.weight_shape());
+  const std::size_t channels = allocation_bytes({options_.out_channels});
+  // The raw weight gradient, the output gradient's sums and, with an input
+  // gradient, the scaled weights, through both of the op's passes.
+  fp.backward_scratch = (input_grad_ ? 2 : 1) * weights + channels +
+                        std::max(input_grad_ ? scratch.backward_data : 0, scratch.backward_weights);
   return fp;
 }
 

@@ -43,10 +43,16 @@ class Conv2d final : public Layer {
   Tensor forward(const Tensor& x, const ForwardContext& ctx) override;
   Tensor backward(const Tensor& dy) override;
   // This convolution, then `bn` (running statistics), then + residual when given,
-  // then ReLU when relu, as one op that keeps nothing (net/conv_bn_fusion.hpp).
+  // then ReLU when relu, as one op (net/conv_bn_fusion.hpp). With
+  // ctx.keep_activations it keeps the input, and backward() then computes `bn`'s
+  // gradients too (kernels/frozen_norm_conv.hpp); `bn` keeps the output it masks
+  // the gradient with (BatchNorm2d::keep_fused).
   Tensor forward_fused(const Tensor& x, const ForwardContext& ctx, BatchNorm2d& bn, const Tensor* residual,
                        bool relu);
   LayerFootprint describe(const Shape& input, const PlanContext& ctx) const override;
+  // The call of forward_fused where it keeps activations: backward also holds the
+  // weight-sized tensors of the BatchNorm's gradients (backward_through_frozen_norm).
+  LayerFootprint describe_with_frozen_norm(const Shape& input, const PlanContext& ctx) const;
   ReceptiveField receptive_field(const ForwardContext& ctx) const override;
   void collect_state(StateRefs& refs) override;
   void clear_saved() override { saved_.clear(); }
@@ -68,7 +74,9 @@ class Conv2d final : public Layer {
     Backend backend;
     kernels::Conv2dSpec spec;
     Tensor x;
+    BatchNorm2d* frozen_norm = nullptr;  // ran in this convolution's epilogue (forward_fused)
   };
+  Tensor backward_through_frozen_norm(Saved& saved, const Tensor& dz);
   Conv2dOptions options_;
   Parameter weight_;
   Parameter bias_;

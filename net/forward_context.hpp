@@ -55,10 +55,10 @@ struct ForwardContext {
   // logits their precision.
   DType compute_dtype = DType::f32;
   ReluInputHook* relu_input_hook = nullptr;
-  // Where BatchNorm uses its running statistics and nothing is kept (inference,
-  // evaluation, pass 1 with frozen BatchNorm), run each convolution with its
-  // BatchNorm, residual add and ReLU as one op (net/conv_bn_fusion.hpp). Tests turn
-  // it off to compare the fused network with the layer-by-layer one.
+  // Where BatchNorm uses its running statistics (inference, evaluation, training
+  // with frozen BatchNorm, kept or not), run each convolution with its BatchNorm,
+  // residual add and ReLU as one op (net/conv_bn_fusion.hpp). Tests turn it off to
+  // compare the fused network with the layer-by-layer one.
   bool fuse_conv_bn = true;
   // A BatchNorm and the ReLU after it run as one op in every pass that runs them
   // layer by layer (kernels::BatchNormSpec::relu; training included), and so do a

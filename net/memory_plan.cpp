@@ -110,7 +110,18 @@ PlannedTensor MemoryWalk::forward_child(const Layer& child, const PlannedTensor&
 }
 
 PlannedTensor MemoryWalk::leaf(const Layer& layer, const PlannedTensor& x) {
-  const LayerFootprint fp = layer.describe(x.shape(), context_);
+  return leaf(layer, x, layer.describe(x.shape(), context_));
+}
+
+PlannedTensor MemoryWalk::leaf(const Layer& layer, const PlannedTensor& x, const LayerFootprint& fp, bool row) {
+  const bool rows = rows_;
+  rows_ = rows_ && row;
+  PlannedTensor y = described_call(layer, x, fp);
+  rows_ = rows;
+  return y;
+}
+
+PlannedTensor MemoryWalk::described_call(const Layer& layer, const PlannedTensor& x, const LayerFootprint& fp) {
   const bool keep = context_.forward.keep_activations;
   trace_.set_phase("forward " + layer.name());
   if (fp.retained > 0) retained_.push_back(trace_.allocate(fp.retained));

@@ -130,6 +130,9 @@ class MemoryWalk {
   PlannedTensor forward(const Layer& child, const PlannedTensor& x, bool row = true);
   // The default plan_forward: one call described by layer.describe().
   PlannedTensor leaf(const Layer& layer, const PlannedTensor& x);
+  // One call of `layer` described by `fp` instead: a composite that runs a child
+  // other than its forward does (net/conv_bn_fusion.hpp's fused layers).
+  PlannedTensor leaf(const Layer& layer, const PlannedTensor& x, const LayerFootprint& fp, bool row = true);
   // kernels::add(into, other, into): `into` then holds the sum; backward hands the
   // sum's gradient to both.
   PlannedTensor add_in_place(const PlannedTensor& into, const PlannedTensor& other);
@@ -140,6 +143,7 @@ class MemoryWalk {
  private:
   struct Tape;
   PlannedTensor forward_child(const Layer& child, const PlannedTensor& x);
+  PlannedTensor described_call(const Layer& layer, const PlannedTensor& x, const LayerFootprint& fp);
   void backward_entry(struct TapeEntry& entry);
   void deposit_gradient(int node, PlannedTensor gradient);
   std::size_t count_kept(const std::shared_ptr<MemoryTrace::Block>& block);

@@ -44,7 +44,12 @@ Tensor ResidualBlock::fused_forward(const Tensor& x, const ForwardContext& ctx) 
   std::vector<Layer*> main;
   // The block owns these layers; main_layers() is const for the planner's sake.
   for (const Layer* layer : main_layers()) main.push_back(const_cast<Layer*>(layer));
-  return forward_fusing_conv_bn(main, x, ctx, &identity);
+  Tensor y = forward_fusing_conv_bn(main, x, ctx, &identity);
+  if (ctx.keep_activations) {
+    relu_out_.keep_fused_output(y, ctx);
+    saved_backends_.push_back(ctx.backend);
+  }
+  return y;
 }
 
 Tensor ResidualBlock::backward(const Tensor& dy) {
@@ -67,8 +72,19 @@ PlannedTensor ResidualBlock::plan_forward(MemoryWalk& walk, const PlannedTensor&
   auto& self = const_cast<ResidualBlock&>(*this);  // last_bn() is non-const for forward's sake
   if (fuses_conv_bn(walk.context().forward) && dynamic_cast<BatchNorm2d*>(&self.last_bn()) != nullptr) {
     // As fused_forward: the shortcut first, held while the main branch runs.
-    const PlannedTensor identity = downsample_conv_ ? walk.forward(*downsample_conv_, x) : x;
-    return plan_fusing_conv_bn(walk, main_layers(), x, /*residual=*/true);
+    if (!walk.context().forward.keep_activations) {
+      const PlannedTensor identity = downsample_conv_ ? walk.forward(*downsample_conv_, x) : x;
+      return plan_fusing_conv_bn(walk, main_layers(), x, /*residual=*/true);
+    }
+    // Kept: the last op's output is the sum, whose gradient backward hands to both
+    // branches, and the block's ReLU keeps it.
+    const PlannedTensor identity =
+        downsample_conv_ ? plan_fusing_conv_bn(walk, {downsample_conv_.get(), downsample_bn_.get()}, x) : x;
+    const PlannedTensor out = plan_fusing_conv_bn(walk, main_layers(), x, /*residual=*/true);
+    const PlannedTensor sum = walk.add_in_place(out, identity);
+    PlannedTensor y = walk.forward(relu_out_, sum, /*row=*/false);
+    walk.row(name(), "add+relu", y);
+    return y;
   }
   // As forward: the main branch to the last normalisation's input, the shortcut,
   // then the normalisation, add and ReLU. The block's ReLUs have no rows: its

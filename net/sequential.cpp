@@ -1,6 +1,8 @@
 #include "net/sequential.hpp"
 
 #include "kernels/core/error.hpp"
+#include "net/batch_norm.hpp"
+#include "net/conv2d.hpp"
 #include "net/conv_bn_fusion.hpp"
 #include "net/memory_plan.hpp"
 #include "net/norm_layer.hpp"
@@ -16,6 +18,14 @@ NormLayer* norm_before_relu(const std::vector<std::unique_ptr<Layer>>& layers, s
   return dynamic_cast<NormLayer*>(layers[index - 1].get());
 }
 
+// A convolution and the BatchNorm after it may run as one op (net/conv_bn_fusion.hpp);
+// split apart, they would round differently from the op, and a kept tail starting
+// between them would change the gradients' bits.
+bool conv_before_norm(const std::vector<std::unique_ptr<Layer>>& layers, std::size_t index) {
+  return index > 0 && index < layers.size() && dynamic_cast<Conv2d*>(layers[index - 1].get()) != nullptr &&
+         dynamic_cast<BatchNorm2d*>(layers[index].get()) != nullptr;
+}
+
 }  // namespace
 
 Tensor Sequential::forward(const Tensor& x, const ForwardContext& ctx) { return forward_range(x, ctx, 0, layers_.size()); }
@@ -23,7 +33,8 @@ Tensor Sequential::forward(const Tensor& x, const ForwardContext& ctx) { return 
 Tensor Sequential::backward(const Tensor& dy) { return backward_range(dy, 0, layers_.size()); }
 
 bool Sequential::splits_at(std::size_t index) const {
-  return index <= layers_.size() && (index == layers_.size() || norm_before_relu(layers_, index) == nullptr);
+  return index <= layers_.size() &&
+         (index == layers_.size() || (norm_before_relu(layers_, index) == nullptr && !conv_before_norm(layers_, index)));
 }
 
 Tensor Sequential::forward_range(const Tensor& x, const ForwardContext& ctx, std::size_t begin, std::size_t end) {

@@ -28,7 +28,8 @@ class Sequential : public Layer {
   Tensor forward_range(const Tensor& x, const ForwardContext& ctx, std::size_t begin, std::size_t end);
   Tensor backward_range(const Tensor& dy, std::size_t begin, std::size_t end);
   // Whether the children may run as [0, index) and [index, size()): everywhere but
-  // between a normalisation and the ReLU that runs as one op with it.
+  // between a normalisation and the ReLU that runs as one op with it, and between a
+  // convolution and the BatchNorm that may run as one op with it.
   bool splits_at(std::size_t index) const;
   LayerFootprint describe(const Shape& input, const PlanContext& ctx) const override;
   PlannedTensor plan_forward(MemoryWalk& walk, const PlannedTensor& x) const override;

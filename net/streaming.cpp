@@ -1,10 +1,13 @@
 #include "net/streaming.hpp"
 
+#include "net/conv_bn_fusion.hpp"
+
 #include <algorithm>
 #include <utility>
 
 #include "kernels/core/allocator.hpp"
 #include "kernels/core/error.hpp"
+#include "net/conv_bn_fusion.hpp"
 #include "net/encoder.hpp"
 #include "net/global_avg_pool.hpp"
 
@@ -148,7 +151,7 @@ Tensor StreamingTrunk::run_tile(RegionReader& image, const StreamTile& tile, con
   Tensor h = image.read(tile.input);
   const Device device = backend_device(ctx.backend);
   if (h.device() != device) h = h.to(device);
-  for (Layer* layer : layers_) h = layer->forward(h, ctx);
+  for (const FusedStep& step : fused_steps(layers_, ctx)) h = forward_step(layers_, step, h, ctx);
   BT_CHECK(h.rank() == 4 && h.dim(1) == plan.feature_map[1] && tile.output_y + tile.cells.height <= h.dim(2) &&
                tile.output_x + tile.cells.width <= h.dim(3),
            "streaming: the tile read from {}x{} at ({}, {}) gave output {}, which lacks its cells {}x{} at ({}, {})",
@@ -231,10 +234,12 @@ void StreamingTrunk::backward(RegionReader& image, const StreamPlan& plan, const
     release_host_cache(device);  // the forward's temporaries, beside everything kept at the backward's start
     Tensor d = Tensor::zeros(y.shape(), DType::f32, device);
     copy_window(dmap_here, tile.cells, d, tile.output_y, tile.output_x);
-    for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) {
-      BT_CHECK(d.defined(), "streaming: layer `{}` returned no input gradient inside the trunk", (*std::prev(it))->name());
+    const std::vector<FusedStep> steps = fused_steps(layers_, kept);
+    for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+      BT_CHECK(d.defined(), "streaming: layer `{}` returned no input gradient inside the trunk",
+               layers_[std::prev(it)->begin]->name());
       const Shape output = d.shape();
-      d = (*it)->backward(d);
+      d = backward_step(layers_, *it, d);
       if (d.defined()) release_cache_at_stage_change(output, d.shape(), device);
     }
   }

@@ -10,6 +10,8 @@ std::vector<OpUse> training_ops(const ModelSpec& model, const AggregatorSpec& ag
                                 DType compute_dtype) {
   const EncoderSpec& encoder = model.encoder;
   std::vector<Op> ops{Op::conv2d, encoder.norm == NormKind::group ? Op::group_norm : Op::batch_norm, Op::relu};
+  // Training through frozen BatchNorm inside the convolutions (net/conv_bn_fusion.hpp).
+  if (encoder.norm != NormKind::group) ops.push_back(Op::frozen_norm_conv);
   if (encoder.stem.maxpool) ops.push_back(Op::pool2d);
   if (encoder.family != EncoderFamily::small) ops.push_back(Op::add);  // the residual blocks' sum
   ops.push_back(Op::global_avg_pool);

@@ -21,9 +21,9 @@
 // backward_kept() backpropagates the kept ones, last first, after pass 2's last
 // batch. Pass 2 runs last batch first either way, so the parameter gradients are
 // summed in one order and are bit-identical whichever batches were kept (the kept
-// batches' pass 1 is the training-shaped forward pass 2 would have recomputed; a
-// recomputed batch's pass 1 may fuse convolution and frozen BatchNorm, which rounds
-// differently: TwoPassOptions::fuse_conv_bn). With top_tiles or the instance vote
+// batches' pass 1 is the training-shaped forward pass 2 would have recomputed; with
+// frozen BatchNorm every pass runs convolution and BatchNorm as one op, kept or not:
+// TwoPassOptions::fuse_conv_bn). With top_tiles or the instance vote
 // nothing is kept (their pass 2 trains a subset, or there is none).
 //
 // kept_tail_layers keeps less of more batches: of every batch not kept whole, pass 1
@@ -101,8 +101,10 @@ struct TwoPassOptions {
   // head as the instance classifier). 0: off.
   std::int64_t instance_k = 0;
   float instance_weight = 0.0f;
-  // Pass 1 of a batch whose activations are not kept may fold frozen BatchNorm into
-  // its convolutions (net/conv_bn_fusion.hpp): faster, rounded differently.
+  // With frozen BatchNorm, both passes run each convolution with its BatchNorm (and
+  // ReLU, residual add) as one op (net/conv_bn_fusion.hpp): fewer passes over memory,
+  // and pass 2 keeps half the activations. Off: the layers one by one (rounded
+  // differently), to measure what it saves.
   bool fuse_conv_bn = true;
 };
 

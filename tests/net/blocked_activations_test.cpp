@@ -44,8 +44,11 @@ TEST_P(BlockedActivations, TrainingStepEqualsThePlainLayoutOne) {
   const Shape features = encoder.forward(x, ForwardContext::inference(Backend::cpu)).shape();
   const std::vector<double> r = random_doubles(static_cast<std::size_t>(shape_numel(features)), 9);
 
+  // The counting hook must see every ReLU input, so that pass runs the layers one by
+  // one (no convolution + BatchNorm fusion), and so does the plain one it is held to.
   ForwardContext plain_ctx = frozen;
   plain_ctx.blocked_activations = false;
+  plain_ctx.fuse_conv_bn = false;
   LayoutCounter counter;
   ForwardContext counted = frozen;
   counted.relu_input_hook = &counter;
@@ -60,6 +63,17 @@ TEST_P(BlockedActivations, TrainingStepEqualsThePlainLayoutOne) {
   for (std::size_t i = 0; i < plain.params.size(); ++i)
     expect_close(blocked.params[i], plain.params[i], {static_cast<std::int64_t>(plain.params[i].size())},
                  {1e-5, 1e-7}, "parameter gradient " + std::to_string(i));
+  // Frozen BatchNorm trained inside the convolutions (net/conv_bn_fusion.hpp): the
+  // same in either layout.
+  ForwardContext fused_plain = frozen;
+  fused_plain.blocked_activations = false;
+  const LayerGradients fused_blocked_step = run_forward_backward(encoder, x, frozen, r);
+  const LayerGradients fused_plain_step = run_forward_backward(encoder, x, fused_plain, r);
+  expect_close(fused_blocked_step.y, fused_plain_step.y, {1e-5, 1e-7}, "fused features");
+  for (std::size_t i = 0; i < plain.params.size(); ++i)
+    expect_close(fused_blocked_step.params[i], fused_plain_step.params[i],
+                 {static_cast<std::int64_t>(plain.params[i].size())}, {1e-5, 1e-7},
+                 "fused parameter gradient " + std::to_string(i));
 
   // Batch statistics: the blocked loops sum each channel in another order.
   ForwardContext batch_stats = ForwardContext::train(Backend::cpu);
@@ -105,11 +119,13 @@ TEST(Bf16Activations, StayInTheConvolutionsLayoutAndGiveThePlainLayoutStep) {
   frozen.compute_dtype = DType::bf16;
   const Shape features = encoder.forward(x, ForwardContext::inference(Backend::cpu)).shape();
   const std::vector<double> r = random_doubles(static_cast<std::size_t>(shape_numel(features)), 9);
+  // The tally sees every ReLU input: the layers one by one, as the plain step then.
   LayoutTally tally;
   ForwardContext counted = frozen;
   counted.relu_input_hook = &tally;
   ForwardContext plain_ctx = frozen;
   plain_ctx.blocked_activations = false;
+  plain_ctx.fuse_conv_bn = false;
   const LayerGradients kept = run_forward_backward(encoder, x, counted, r);
   const LayerGradients plain = run_forward_backward(encoder, x, plain_ctx, r);
   const std::string isa = kernels::cpu::effective_isa_name();
@@ -124,6 +140,15 @@ TEST(Bf16Activations, StayInTheConvolutionsLayoutAndGiveThePlainLayoutStep) {
   for (std::size_t i = 0; i < plain.params.size(); ++i)
     expect_close(kept.params[i], plain.params[i], {static_cast<std::int64_t>(plain.params[i].size())}, {1e-5, 1e-7},
                  "parameter gradient " + std::to_string(i));
+  // Trained inside the convolutions, the same in either layout.
+  ForwardContext fused_plain = frozen;
+  fused_plain.blocked_activations = false;
+  const LayerGradients fused_kept = run_forward_backward(encoder, x, frozen, r);
+  const LayerGradients fused_plain_step = run_forward_backward(encoder, x, fused_plain, r);
+  expect_close(fused_kept.y, fused_plain_step.y, {1e-5, 1e-7}, "fused features");
+  for (std::size_t i = 0; i < plain.params.size(); ++i)
+    expect_close(fused_kept.params[i], fused_plain_step.params[i], {static_cast<std::int64_t>(plain.params[i].size())},
+                 {1e-5, 1e-7}, "fused parameter gradient " + std::to_string(i));
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "net/conv_bn_fusion.hpp"
+#include "kernels/core/allocator.hpp"
 #include "net/model.hpp"
 #include "tests/net/net_testing.hpp"
 
@@ -91,12 +92,12 @@ INSTANTIATE_TEST_SUITE_P(Presets, ConvBnFusion,
                                                               Preset{"small", 40}, Preset{"resnet20", 24})),
                          case_name);
 
-TEST(ConvBnFusionScope, OnlyPassesThatKeepNothingWithRunningStatisticsFuse) {
+TEST(ConvBnFusionScope, OnlyPassesWithRunningStatisticsFuse) {
   const Backend b = Backend::cpu;
   EXPECT_TRUE(fuses_conv_bn(ForwardContext::inference(b)));
   EXPECT_TRUE(fuses_conv_bn({.backend = b, .training = true, .keep_activations = false, .freeze_bn = true}));
-  // Backward needs the intermediates: pass 2 and ordinary training run the layers.
-  EXPECT_FALSE(fuses_conv_bn({.backend = b, .training = true, .keep_activations = true, .freeze_bn = true}));
+  // Frozen BatchNorm trains fused too (kernels/frozen_norm_conv.hpp).
+  EXPECT_TRUE(fuses_conv_bn({.backend = b, .training = true, .keep_activations = true, .freeze_bn = true}));
   EXPECT_FALSE(fuses_conv_bn(ForwardContext::train(b)));
   // Batch statistics are only known after the convolution's whole output.
   EXPECT_FALSE(fuses_conv_bn({.backend = b, .training = true, .keep_activations = false}));
@@ -105,15 +106,63 @@ TEST(ConvBnFusionScope, OnlyPassesThatKeepNothingWithRunningStatisticsFuse) {
   EXPECT_FALSE(fuses_conv_bn(off));
 }
 
-// A kept forward saves what backward needs, layer by layer, and so must not fuse:
-// its backward must then run and equal the unfused graph's (trivially, being it).
-TEST(ConvBnFusionScope, AKeptForwardSavesEveryLayer) {
-  Model model(grey_model("resnet18"), 7);
+// Training with frozen BatchNorm fused into the convolutions: every gradient of the
+// whole network equals the layer-by-layer step's. On the reference backend the fused
+// forward runs the layers' own loops, so both forwards are the same bits, no ReLU
+// input can fall on the other side of its kink, and the gradients differ only by
+// how BatchNorm's are summed (from u directly, or from the weight gradient).
+class FrozenNormTraining : public ::testing::TestWithParam<Preset> {};
+
+TEST_P(FrozenNormTraining, GradientsEqualTheLayers) {
+  const Preset& preset = GetParam();
+  Model model(grey_model(preset.name), 7);
+  randomise_batch_norms(model);
+  const Tensor x = random_tensor({2, 1, preset.side, preset.side}, 3);
+  const Tensor dlogits = random_tensor({2, 5}, 4);
+  ForwardContext ctx{.backend = Backend::reference, .training = true, .keep_activations = true, .freeze_bn = true};
+  ASSERT_TRUE(fuses_conv_bn(ctx));
+  auto step = [&](bool fuse) {
+    ctx.fuse_conv_bn = fuse;
+    model.zero_grad();
+    const std::vector<float> logits = model.forward(x, ctx).to_vector();
+    model.backward(dlogits);
+    EXPECT_EQ(model.encoder().saved_count(), 0u);
+    std::vector<std::vector<double>> gradients{std::vector<double>(logits.begin(), logits.end())};
+    for (Parameter* p : model.parameters()) gradients.push_back(to_doubles(p->grad));
+    return gradients;
+  };
+  const auto fused = step(true), layers = step(false);
+  EXPECT_EQ(fused[0], layers[0]) << "the logits";
+  const std::vector<Parameter*> parameters = model.parameters();
+  ASSERT_EQ(fused.size(), parameters.size() + 1);
+  for (std::size_t i = 1; i < fused.size(); ++i)
+    expect_close(fused[i], layers[i], parameters[i - 1]->value.shape(), {1e-5, 1e-7}, parameters[i - 1]->name);
+}
+
+INSTANTIATE_TEST_SUITE_P(Presets, FrozenNormTraining,
+                         ::testing::Values(Preset{"resnet18", 64}, Preset{"resnet50", 64}, Preset{"small", 40},
+                                           Preset{"resnet20", 24}),
+                         [](const ::testing::TestParamInfo<Preset>& info) { return info.param.name; });
+
+// A fused kept forward saves only each convolution's input and the masks: the
+// convolutions' own outputs are never held.
+TEST(ConvBnFusionScope, AFusedKeptForwardHoldsHalfTheActivations) {
+  Model model(grey_model("resnet50"), 7);
   const Tensor x = random_tensor({2, 1, 64, 64}, 3);
-  ForwardContext kept{.backend = Backend::cpu, .training = true, .keep_activations = true, .freeze_bn = true};
-  model.forward(x, kept);
-  EXPECT_GT(model.encoder().saved_count(), 0u);
-  model.clear_saved();
+  Allocator& host = allocator_for(Device::cpu());
+  auto held = [&](bool fuse) {
+    ForwardContext kept{.backend = Backend::cpu, .training = true, .keep_activations = true, .freeze_bn = true};
+    kept.fuse_conv_bn = fuse;
+    const std::size_t before = host.stats().current_bytes;
+    const Tensor logits = model.forward(x, kept);
+    const std::size_t bytes = host.stats().current_bytes - before;
+    EXPECT_GT(model.encoder().saved_count(), 0u);
+    model.clear_saved();
+    return bytes;
+  };
+  const std::size_t layers = held(false), fused = held(true);
+  std::printf("[fusion] resnet50 64x64 batch 2, kept forward: layer by layer %zu B, fused %zu B\n", layers, fused);
+  EXPECT_LT(fused, layers * 6 / 10);
 }
 
 }  // namespace

@@ -85,8 +85,16 @@ const std::vector<LayerCase>& layer_cases() {
       {"basic_block_downsample_group_norm",
        maker<BasicBlock>("layer2.0", std::int64_t{4}, std::int64_t{6}, 2, std::uint64_t{5}, NormChoice{NormKind::group, 3}),
        {2, 4, 7, 6}, true, false, true, 1e-3},
+      // Frozen BatchNorm trains inside the convolutions (net/conv_bn_fusion.hpp):
+      // identity and downsampling shortcuts, both block types.
       {"bottleneck_frozen_bn", maker<Bottleneck>("layer1.0", std::int64_t{8}, std::int64_t{2}, 1, std::uint64_t{5}),
        {2, 8, 4, 4}, true, true, true, 1e-3},
+      {"bottleneck_downsample_frozen_bn",
+       maker<Bottleneck>("layer2.0", std::int64_t{8}, std::int64_t{2}, 2, std::uint64_t{5}), {2, 8, 6, 6}, true, true,
+       true, 1e-3},
+      {"basic_block_downsample_frozen_bn",
+       maker<BasicBlock>("layer2.0", std::int64_t{4}, std::int64_t{6}, 2, std::uint64_t{5}), {2, 4, 7, 6}, true, true,
+       true, 1e-3},
   };
   return cases;
 }

@@ -29,9 +29,10 @@ ModelSpec small_model(bool maxpool) {
 // A plain encoder (no residual sum, no max-pool), the mean, SGD: nothing more.
 TEST(TrainingOps, SmallEncoderMeanAggregatorSgd) {
   const auto ops = training_ops(small_model(false), {.kind = AggregatorKind::mean}, OptimizerKind::sgd, DType::f32);
-  const std::vector<Op> expected{Op::conv2d,  Op::batch_norm,   Op::relu,           Op::global_avg_pool,
-                                 Op::mean_rows, Op::linear,     Op::cross_entropy,  Op::sgd_update,
-                                 Op::axpy,    Op::scale,        Op::sum_of_squares, Op::all_finite};
+  const std::vector<Op> expected{Op::conv2d,      Op::batch_norm, Op::relu,           Op::frozen_norm_conv,
+                                 Op::global_avg_pool, Op::mean_rows, Op::linear,      Op::cross_entropy,
+                                 Op::sgd_update,  Op::axpy,      Op::scale,          Op::sum_of_squares,
+                                 Op::all_finite};
   ASSERT_EQ(ops.size(), expected.size());
   for (std::size_t i = 0; i < ops.size(); ++i) {
     EXPECT_EQ(ops[i].op, expected[i]) << i << ": " << kernels::op_name(ops[i].op);

@@ -116,6 +116,7 @@ struct Case {
   const char* model;
   std::int64_t tile;
   std::int64_t batch;
+  bool freeze_bn = false;  // BatchNorm trained inside the convolutions (net/conv_bn_fusion.hpp)
 };
 
 // One real training step of one image whose tiles form one batch x: `image` makes the
@@ -131,7 +132,7 @@ std::size_t measured_step_peak(const net::ModelSpec& spec, const PlanInputs& in,
   net::OptimizerConfig opt;
   opt.kind = in.optimizer;
   auto optimizer = net::make_optimizer(opt, model.parameters(), Backend::cpu);
-  TwoPassStep step(model, {.backend = Backend::cpu});
+  TwoPassStep step(model, {.backend = Backend::cpu, .freeze_bn = in.freeze_bn});
   const Tensor x = testing::random_tensor({in.tile_batch, spec.encoder.in_channels, in.tile, in.tile}, 5);
   auto one_step = [&] {
     optimizer->zero_grad();
@@ -152,7 +153,8 @@ class PlanVsMeasured : public ::testing::TestWithParam<Case> {};
 TEST_P(PlanVsMeasured, PredictedPeakWithin1PercentOfTheAllocator) {
   const Case& c = GetParam();
   const net::ModelSpec spec = spec_from(c.model);
-  const PlanInputs in = inputs_for(spec, c.tile, c.batch);
+  PlanInputs in = inputs_for(spec, c.tile, c.batch);
+  in.freeze_bn = c.freeze_bn;
   const StepMemory plan = plan_step_memory(in, c.tile, c.batch, c.batch);
   const std::size_t predicted = plan.peak;
   // Pass 1, head and loss, pass 2.
@@ -178,7 +180,10 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"resnet50_stem11s4_tile256_batch1",
              "preset: resnet50\nin_channels: 1\nnum_classes: 2\nstem: {kernel: 11, stride: 4}\n", 256, 1},
         // RGB: the stem's input is reordered to NHWC (a temporary); odd channel counts pad to oneDNN's blocks.
-        Case{"small_rgb_width03_tile96_batch8", "preset: small\nin_channels: 3\nnum_classes: 2\nwidth: 0.3\n", 96, 8}),
+        Case{"small_rgb_width03_tile96_batch8", "preset: small\nin_channels: 3\nnum_classes: 2\nwidth: 0.3\n", 96, 8},
+        Case{"resnet18_frozen_tile224_batch2", "preset: resnet18\nin_channels: 1\nnum_classes: 2\n", 224, 2, true},
+        Case{"resnet50_frozen_tile128_batch2", "preset: resnet50\nin_channels: 1\nnum_classes: 2\n", 128, 2, true},
+        Case{"small_frozen_tile128_batch4", "preset: small\nin_channels: 1\nnum_classes: 2\n", 128, 4, true}),
     [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
 
 // aggregator.kind instance without top_tiles trains in one pass (TwoPassStep::
