@@ -29,8 +29,9 @@ bool fusable(ConvT* conv, NormT* bn, const ForwardContext& ctx) {
 
 Tensor forward_fusing_conv_bn(const std::vector<Layer*>& layers, const Tensor& x, const ForwardContext& ctx,
                               const Tensor* residual) {
-  BT_CHECK(fuses_conv_bn(ctx), "forward_fusing_conv_bn: this pass uses batch statistics or a ReLU hook, or keeps activations on a backend "
-                              "without kernels::Op::frozen_norm_conv");
+  BT_CHECK(fuses_conv_bn(ctx),
+           "forward_fusing_conv_bn: this pass uses batch statistics or a ReLU hook, or keeps activations on a "
+           "backend without kernels::Op::frozen_norm_conv");
   Tensor h = x;
   for (std::size_t i = 0; i < layers.size(); ++i) {
     auto* conv = dynamic_cast<Conv2d*>(layers[i]);
