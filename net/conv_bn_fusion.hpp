@@ -37,6 +37,11 @@ bool fuses_conv_bn(const ForwardContext& ctx);
 Tensor forward_fusing_conv_bn(const std::vector<Layer*>& layers, const Tensor& x, const ForwardContext& ctx,
                               const Tensor* residual = nullptr);
 
+// Whether `conv` followed by `bn` runs as one op in a pass under ctx (given
+// fuses_conv_bn(ctx)): both the right layers, and for a pass that keeps
+// activations a convolution without bias and not narrow (conv_bn_fusion.cpp).
+bool fuses_pair(const Layer* conv, const Layer* bn, const ForwardContext& ctx);
+
 // forward_fusing_conv_bn's steps over `layers` without a residual: [begin, end) of
 // each, one layer alone or a convolution, its BatchNorm (and ReLU) as one op.
 struct FusedStep {

@@ -60,6 +60,10 @@ struct ForwardContext {
   // residual add and ReLU as one op (net/conv_bn_fusion.hpp). Tests turn it off to
   // compare the fused network with the layer-by-layer one.
   bool fuse_conv_bn = true;
+  // Training through it (activations kept) skips narrow convolutions, where fixed
+  // costs outweigh the BatchNorm passes saved (net/conv_bn_fusion.cpp, fusable());
+  // tests turn this on so that their small networks take the fused path too.
+  bool fuse_narrow_training_convs = false;
   // A BatchNorm and the ReLU after it run as one op in every pass that runs them
   // layer by layer (kernels::BatchNormSpec::relu; training included), and so do a
   // residual block's last BatchNorm, shortcut add and ReLU (BatchNormSpec::residual),

@@ -20,8 +20,15 @@ void ResidualBlock::make_downsample(std::int64_t in_channels, std::int64_t out_c
   downsample_bn_ = make_norm(norm, child_name(*this, "downsample.1"), out_channels);
 }
 
+// The block's end (last convolution, BatchNorm, shortcut add, ReLU) is one op only if
+// its last pair fuses; otherwise the block runs layer by layer.
+bool ResidualBlock::fuses_end(const ForwardContext& ctx) const {
+  const std::vector<const Layer*> main = main_layers();
+  return fuses_conv_bn(ctx) && main.size() >= 2 && fuses_pair(main[main.size() - 2], main.back(), ctx);
+}
+
 Tensor ResidualBlock::forward(const Tensor& x, const ForwardContext& ctx) {
-  if (fuses_conv_bn(ctx) && dynamic_cast<BatchNorm2d*>(&last_bn()) != nullptr) return fused_forward(x, ctx);
+  if (fuses_end(ctx)) return fused_forward(x, ctx);
   Tensor h = main_forward_before_last_norm(x, ctx);
   Tensor identity = x;
   if (downsample_conv_) {
@@ -69,8 +76,7 @@ LayerFootprint ResidualBlock::describe(const Shape& input, const PlanContext& ct
 }
 
 PlannedTensor ResidualBlock::plan_forward(MemoryWalk& walk, const PlannedTensor& x) const {
-  auto& self = const_cast<ResidualBlock&>(*this);  // last_bn() is non-const for forward's sake
-  if (fuses_conv_bn(walk.context().forward) && dynamic_cast<BatchNorm2d*>(&self.last_bn()) != nullptr) {
+  if (fuses_end(walk.context().forward)) {
     // As fused_forward: the shortcut first, held while the main branch runs.
     if (!walk.context().forward.keep_activations) {
       const PlannedTensor identity = downsample_conv_ ? walk.forward(*downsample_conv_, x) : x;

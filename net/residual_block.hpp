@@ -53,6 +53,7 @@ class ResidualBlock : public Layer {
 
  private:
   // The whole block as fused ops (net/conv_bn_fusion.hpp).
+  bool fuses_end(const ForwardContext& ctx) const;
   Tensor fused_forward(const Tensor& x, const ForwardContext& ctx);
 
   std::unique_ptr<Conv2d> downsample_conv_;

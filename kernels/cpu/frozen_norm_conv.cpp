@@ -4,11 +4,16 @@
 
 namespace bigtrain::kernels::cpu {
 
+namespace {
+// Below this many weights a parallel region costs more than the loop.
+constexpr std::int64_t kParallelThreshold = 1 << 16;
+}  // namespace
+
 void frozen_norm_scale_weights(const FrozenNorm& norm, const Tensor& weight, Tensor& scaled_weight) {
   const std::int64_t channels = weight.dim(0), per_channel = weight.numel() / channels;
   const float *gamma = norm.gamma->f32(), *var = norm.running_var->f32(), *w = weight.f32();
   float* out = scaled_weight.f32();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (weight.numel() >= kParallelThreshold)
   for (std::int64_t k = 0; k < channels; ++k) {
     const auto s = static_cast<float>(gamma[k] / std::sqrt(static_cast<double>(var[k]) + norm.epsilon));
     const float* row = w + k * per_channel;
@@ -24,7 +29,7 @@ void frozen_norm_gradients(const FrozenNorm& norm, const Tensor& weight, const T
   const float *gamma = norm.gamma->f32(), *mean = norm.running_mean->f32(), *var = norm.running_var->f32();
   const float *w = weight.f32(), *g = raw_weight_grad.f32(), *sum_dz = output_grad_sum.f32();
   float *dw = dweight.f32(), *dg = dgamma.f32(), *db = dbeta.f32();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (weight.numel() >= kParallelThreshold)
   for (std::int64_t k = 0; k < channels; ++k) {
     const double invstd = 1.0 / std::sqrt(static_cast<double>(var[k]) + norm.epsilon);
     const auto s = static_cast<float>(gamma[k] * invstd);

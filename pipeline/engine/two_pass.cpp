@@ -47,6 +47,7 @@ net::ForwardContext TwoPassStep::encoder_context(bool keep_activations, bool upd
   ctx.update_bn_running_stats = update_running_stats && !options_.freeze_bn;
   ctx.compute_dtype = options_.encoder_compute_dtype;
   ctx.fuse_conv_bn = options_.fuse_conv_bn;
+  ctx.fuse_narrow_training_convs = options_.fuse_narrow_training_convs;
   return ctx;
 }
 

@@ -106,6 +106,7 @@ struct TwoPassOptions {
   // and pass 2 keeps half the activations. Off: the layers one by one (rounded
   // differently), to measure what it saves.
   bool fuse_conv_bn = true;
+  bool fuse_narrow_training_convs = false;  // ForwardContext's: tests' small networks
 };
 
 class TwoPassStep {

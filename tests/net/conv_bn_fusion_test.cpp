@@ -120,6 +120,7 @@ TEST_P(FrozenNormTraining, GradientsEqualTheLayers) {
   const Tensor x = random_tensor({2, 1, preset.side, preset.side}, 3);
   const Tensor dlogits = random_tensor({2, 5}, 4);
   ForwardContext ctx{.backend = Backend::reference, .training = true, .keep_activations = true, .freeze_bn = true};
+  ctx.fuse_narrow_training_convs = true;  // `small` and resnet20 are narrow
   ASSERT_TRUE(fuses_conv_bn(ctx));
   auto step = [&](bool fuse) {
     ctx.fuse_conv_bn = fuse;

@@ -106,6 +106,7 @@ ForwardContext context(Backend backend, const LayerCase& c) {
   ctx.freeze_bn = c.freeze_bn;
   ctx.dropout_seed = 1234;
   ctx.dropout_offset = 77;
+  ctx.fuse_narrow_training_convs = true;  // these blocks are narrow; frozen BatchNorm trains fused
   return ctx;
 }
 

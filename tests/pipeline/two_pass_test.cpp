@@ -463,7 +463,8 @@ KeptRun run_keeping(std::int64_t kept_tiles, bool freeze_bn, bool fuse, const ne
   const auto batches = make_batches(11, 4, 32, 7);
   ImageModel model = network.image_model();
   model.zero_grad();
-  TwoPassStep step(model, {.backend = Backend::cpu, .freeze_bn = freeze_bn, .fuse_conv_bn = fuse});
+  TwoPassStep step(model, {.backend = Backend::cpu, .freeze_bn = freeze_bn, .fuse_conv_bn = fuse,
+                           .fuse_narrow_training_convs = fuse});
   step.begin_image(11, 2, 17, kept_tiles, tail_layers);
   std::int64_t first = 0;
   for (const auto& b : batches) {
