@@ -4,6 +4,7 @@
 #include "kernels/core/error.hpp"
 #include "net/batch_norm.hpp"
 #include "net/conv2d.hpp"
+#include "net/norm_layer.hpp"
 #include "net/relu.hpp"
 
 namespace bigtrain::net {
@@ -54,7 +55,16 @@ Tensor forward_fusing_conv_bn(const std::vector<Layer*>& layers, const Tensor& x
     auto* conv = dynamic_cast<Conv2d*>(layers[i]);
     auto* bn = i + 1 < layers.size() ? dynamic_cast<BatchNorm2d*>(layers[i + 1]) : nullptr;
     if (!fusable(conv, bn, ctx)) {
-      h = layers[i]->forward(h, ctx);
+      // A normalisation and its ReLU still run as one (NormLayer::forward_with_relu),
+      // as Sequential's unfused loop runs them: its backward pairs them the same way.
+      auto* norm = dynamic_cast<NormLayer*>(layers[i]);
+      auto* relu = norm != nullptr && i + 1 < layers.size() ? dynamic_cast<ReLU*>(layers[i + 1]) : nullptr;
+      if (relu != nullptr) {
+        h = norm->forward_with_relu(h, *relu, ctx);
+        ++i;
+      } else {
+        h = layers[i]->forward(h, ctx);
+      }
       continue;
     }
     const bool closes_block = residual != nullptr && i + 2 == layers.size();
