@@ -86,10 +86,7 @@ ReceptiveField BatchNorm2d::receptive_field(const ForwardContext& ctx) const {
 }
 
 void BatchNorm2d::keep_fused(Backend backend, const Tensor& relu_output) {
-  Saved saved{.backend = backend, .spec = {}, .batch_statistics = false};
-  saved.y = relu_output;
-  saved.in_convolution = true;
-  saved_.push_back(std::move(saved));
+  saved_.push_back({backend, {}, false, {}, {}, {}, relu_output, /*in_convolution=*/true});
 }
 
 Tensor BatchNorm2d::backward_with_relu(const Tensor& dy, ReLU& relu) {
