@@ -3,6 +3,7 @@
 #include "kernels/backend.hpp"
 #include "kernels/core/allocator.hpp"
 #include "kernels/core/host_allocator.hpp"
+#include "kernels/cpu/isa.hpp"
 
 namespace bigtrain::net {
 
@@ -13,6 +14,7 @@ KernelMemoryModel KernelMemoryModel::for_backend(Backend backend) {
   // oneDNN's AVX-512 kernels block channels by 16, its AVX2 ones by 8.
   if (__builtin_cpu_supports("avx512f")) model.cpu_channel_block = 16;
 #endif
+  model.cpu_bf16_channels_last = kernels::cpu::effective_isa_name() == "avx512_core_amx";
   return model;
 }
 
@@ -38,7 +40,44 @@ struct CpuLayouts {
 
 enum class ConvPass { forward, backward_data, backward_weights };
 
-CpuLayouts cpu_layouts(const kernels::Conv2dSpec& s, std::int64_t block, ConvPass pass) {
+// bf16 (Conv2dSpec::compute_dtype): the operands a pass reads (x, the weights, dy)
+// enter its primitive as bf16 temporaries whatever their layout, half a float32
+// temporary's size; its results (y, dx, dw) stay float32. Blocked kernels pad
+// channels as the float32 plan counts them (a narrow source excepted); AMX's take
+// every activation in nhwc, unpadded, and write y and dx in place.
+void with_bf16_operands(const kernels::Conv2dSpec& s, const KernelMemoryModel& kernels, ConvPass pass, bool narrow,
+                        CpuLayouts& layouts) {
+  constexpr std::size_t kBf16 = 2;
+  const bool channels_last = kernels.cpu_bf16_channels_last;
+  const std::int64_t block = kernels.cpu_channel_block;
+  auto activation = [&](std::int64_t channels, std::int64_t h, std::int64_t w, bool padded) {
+    const std::int64_t stored = padded && !channels_last ? round_up(channels, block) : channels;
+    return rounded(static_cast<std::size_t>(s.batch * stored * h * w) * kBf16);
+  };
+  const std::size_t x = activation(s.in_channels, s.in_h, s.in_w, !narrow);
+  const std::size_t dy = activation(s.out_channels, s.out_h(), s.out_w(), true);
+  // AMX's weights pair input channels (AcdB16a2b); blocked ones pad both sides.
+  const std::int64_t in_stored = channels_last ? round_up(s.in_channels, 2)
+                                 : narrow      ? s.in_channels
+                                               : round_up(s.in_channels, block);
+  const std::size_t weights =
+      rounded(static_cast<std::size_t>(round_up(s.out_channels, block) * in_stored * s.kernel_h * s.kernel_w) * kBf16);
+  const bool results_in_place = channels_last && s.blocked_outputs;
+  switch (pass) {
+    case ConvPass::forward:
+      layouts.src = x, layouts.weights = weights;
+      if (results_in_place) layouts.dst = 0;
+      break;
+    case ConvPass::backward_data:
+      layouts.dst = dy, layouts.weights = weights;
+      if (results_in_place) layouts.src = 0;
+      break;
+    case ConvPass::backward_weights: layouts.src = x, layouts.dst = dy; break;
+  }
+}
+
+CpuLayouts cpu_layouts(const kernels::Conv2dSpec& s, const KernelMemoryModel& kernels, ConvPass pass) {
+  const std::int64_t block = kernels.cpu_channel_block;
   const bool narrow = s.groups == 1 && s.in_channels < 8 && pass != ConvPass::backward_data;
   const bool input_blocked = s.blocked_outputs && s.in_channels % block == 0;
   const bool output_blocked = s.blocked_outputs && s.out_channels % block == 0;
@@ -66,6 +105,7 @@ CpuLayouts cpu_layouts(const kernels::Conv2dSpec& s, std::int64_t block, ConvPas
                                                        round_up(s.in_channels, block) * s.kernel_h * s.kernel_w) *
                               sizeof(float));
   }
+  if (s.compute_dtype == DType::bf16) with_bf16_operands(s, kernels, pass, narrow, layouts);
   return layouts;
 }
 
@@ -73,9 +113,9 @@ CpuLayouts cpu_layouts(const kernels::Conv2dSpec& s, std::int64_t block, ConvPas
 
 ConvScratch conv2d_scratch(const kernels::Conv2dSpec& spec, const KernelMemoryModel& kernels) {
   if (kernels.backend != Backend::cpu) return {};
-  const CpuLayouts forward = cpu_layouts(spec, kernels.cpu_channel_block, ConvPass::forward);
-  const CpuLayouts data = cpu_layouts(spec, kernels.cpu_channel_block, ConvPass::backward_data);
-  const CpuLayouts weights = cpu_layouts(spec, kernels.cpu_channel_block, ConvPass::backward_weights);
+  const CpuLayouts forward = cpu_layouts(spec, kernels, ConvPass::forward);
+  const CpuLayouts data = cpu_layouts(spec, kernels, ConvPass::backward_data);
+  const CpuLayouts weights = cpu_layouts(spec, kernels, ConvPass::backward_weights);
   // oneDNN's scratchpads (Winograd's are large), where this machine can build the
   // layer; a plan for a precision it cannot run counts the layouts alone.
   kernels::Conv2dLibraryScratch library;

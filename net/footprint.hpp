@@ -28,6 +28,10 @@ struct KernelMemoryModel {
   // oneDNN's blocked activation and weight layouts (nChw8c / nChw16c) pad channels
   // to this multiple: 8 with AVX2, 16 with AVX-512.
   int cpu_channel_block = 8;
+  // oneDNN 2.6's AMX kernels take bf16 operands and write float32 results in nhwc
+  // (channels unpadded, results in place: Layout::nhwc); its avx512_core_bf16
+  // ones use the blocked layouts above.
+  bool cpu_bf16_channels_last = false;
   // The cuDNN workspace is shared by all layers and grows to the largest request,
   // at most the context's limit (kernels/cuda/context.hpp); cuDNN chooses per
   // layer, so the plan counts the limit once, outside the layers: an upper bound.

@@ -349,7 +349,8 @@ std::vector<EncoderPlan::Tail> plan_tails(Encoder& encoder, const std::vector<La
 
 }  // namespace
 
-EncoderPlan plan_encoder(Encoder& encoder, const Shape& input, const KernelMemoryModel& kernels, bool freeze_bn) {
+EncoderPlan plan_encoder(Encoder& encoder, const Shape& input, const KernelMemoryModel& kernels, bool freeze_bn,
+                         DType compute_dtype) {
   const EncoderSpec& spec = encoder.spec();
   BT_CHECK(input.size() == 4 && input[1] == spec.in_channels && input[0] > 0 && input[2] > 0 && input[3] > 0,
            "plan of encoder '{}': input must be [N>0, {}, H>0, W>0], got {}", spec.preset, spec.in_channels,
@@ -359,6 +360,9 @@ EncoderPlan plan_encoder(Encoder& encoder, const Shape& input, const KernelMemor
   plan.parameters = parameter_memory(encoder);
   ForwardContext ctx = ForwardContext::train(kernels.backend);
   ctx.freeze_bn = freeze_bn;
+  ctx.compute_dtype = compute_dtype;
+  ForwardContext inference = ForwardContext::inference(kernels.backend);
+  inference.compute_dtype = compute_dtype;  // evaluation computes as training does
   auto forward_peak = [&](const ForwardContext& forward) {
     MemoryTrace trace;
     MemoryWalk walk(trace, kernels);
@@ -368,7 +372,7 @@ EncoderPlan plan_encoder(Encoder& encoder, const Shape& input, const KernelMemor
   };
   ctx.keep_activations = false;
   plan.pass1_peak = forward_peak(ctx);
-  plan.inference_peak = forward_peak(ForwardContext::inference(kernels.backend));
+  plan.inference_peak = forward_peak(inference);
   MemoryTrace trace;
   MemoryWalk walk(trace, kernels);
   {
@@ -393,9 +397,9 @@ EncoderPlan plan_encoder(Encoder& encoder, const Shape& input, const KernelMemor
 }
 
 EncoderPlan plan_encoder(const EncoderSpec& spec, const Shape& input, const KernelMemoryModel& kernels,
-                         bool freeze_bn) {
+                         bool freeze_bn, DType compute_dtype) {
   Encoder encoder(spec, std::nullopt);
-  return plan_encoder(encoder, input, kernels, freeze_bn);
+  return plan_encoder(encoder, input, kernels, freeze_bn, compute_dtype);
 }
 
 }  // namespace bigtrain::net

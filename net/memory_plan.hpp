@@ -215,10 +215,11 @@ struct EncoderPlan {
 
 // `input` is [N, in_channels, H, W]. Throws bigtrain::Error when the input is too
 // small for a layer (a kernel larger than its padded input).
+// compute_dtype: train.precision, the convolutions' operands (ForwardContext's).
 EncoderPlan plan_encoder(Encoder& encoder, const Shape& input, const KernelMemoryModel& kernels,
-                         bool freeze_bn = false);
+                         bool freeze_bn = false, DType compute_dtype = DType::f32);
 // The same on an encoder built from `spec` (parameters allocated, not initialised).
 EncoderPlan plan_encoder(const EncoderSpec& spec, const Shape& input, const KernelMemoryModel& kernels,
-                         bool freeze_bn = false);
+                         bool freeze_bn = false, DType compute_dtype = DType::f32);
 
 }  // namespace bigtrain::net

@@ -18,6 +18,8 @@ struct StreamMemory {
 };
 
 // Above the parameters, their gradients and buffers (parameter_memory() counts those).
-StreamMemory plan_stream_memory(Encoder& encoder, const StreamPlan& plan, const KernelMemoryModel& kernels);
+// compute_dtype: train.precision, the convolutions' operands.
+StreamMemory plan_stream_memory(Encoder& encoder, const StreamPlan& plan, const KernelMemoryModel& kernels,
+                                DType compute_dtype = DType::f32);
 
 }  // namespace bigtrain::net

@@ -27,6 +27,7 @@ PlanInputs plan_inputs_from_config(const Config& config, Backend backend) {
   in.optimizer = config.train.optimizer;
   in.momentum = config.train.momentum;
   in.freeze_bn = config.train.freeze_bn;
+  in.compute_dtype = config.train.precision;
   in.mode = config.tiler.mode;
   in.tile = config.tiler.tile;
   in.overlap = config.tiler.overlap;
@@ -50,6 +51,15 @@ namespace {
 // k+1 while batch k computes (kernels/cuda/context.hpp's upload_async); on the CPU
 // the batch is the tile stream's host tensor itself.
 int device_batches(Backend backend) { return backend == Backend::cuda ? 2 : 1; }
+
+// A training pass through the encoder as the trainer runs it (the aggregator and
+// head stay float32 whatever train.precision).
+net::ForwardContext encoder_training(const PlanInputs& in) {
+  net::ForwardContext ctx = net::ForwardContext::train(in.backend);
+  ctx.freeze_bn = in.freeze_bn;
+  ctx.compute_dtype = in.compute_dtype;
+  return ctx;
+}
 
 net::KernelMemoryModel kernel_model(const PlanInputs& in) {
   net::KernelMemoryModel kernels = net::KernelMemoryModel::for_backend(in.backend);
@@ -110,9 +120,8 @@ StepMemory step_memory(PlannedModel& model, const PlanInputs& in, std::int64_t t
   const Shape input{batch, in.model.encoder.in_channels, tile, tile};
   const Persistent persistent = persistent_memory(in, {&model.encoder, model.aggregator.get(), &model.head}, kernels);
 
-  net::ForwardContext pass1 = net::ForwardContext::train(in.backend);
+  net::ForwardContext pass1 = encoder_training(in);
   pass1.keep_activations = false;
-  pass1.freeze_bn = in.freeze_bn;
   net::ForwardContext pass2 = pass1;
   pass2.keep_activations = true;
   const net::ForwardContext head = net::ForwardContext::train(in.backend);
@@ -256,14 +265,12 @@ namespace {
 StepMemory whole_image_memory(PlannedModel& model, const PlanInputs& in, std::int64_t width, std::int64_t height) {
   const net::KernelMemoryModel kernels = kernel_model(in);
   const Persistent persistent = persistent_memory(in, {&model.encoder, &model.head}, kernels);
-  net::ForwardContext ctx = net::ForwardContext::train(in.backend);
-  ctx.freeze_bn = in.freeze_bn;
   MemoryTrace trace;
   MemoryWalk walk(trace, kernels);
   {
     const PlannedTensor x = walk.allocate({1, in.model.encoder.in_channels, height, width});
-    const PlannedTensor f = walk.run_forward(model.encoder, x, ctx);
-    const PlannedTensor logits = walk.run_forward(model.head, f, ctx);
+    const PlannedTensor f = walk.run_forward(model.encoder, x, encoder_training(in));
+    const PlannedTensor logits = walk.run_forward(model.head, f, net::ForwardContext::train(in.backend));
     const PlannedTensor dlogits = walk.allocate(logits.shape());
     walk.run_backward(walk.run_backward(dlogits));
   }
@@ -289,7 +296,7 @@ TrainingPlan plan_training(const PlanInputs& in, std::optional<std::size_t> memo
   plan.tile_batch = std::min(in.tile_batch, plan.tiles);
   PlannedModel model(in);
   plan.encoder = net::plan_encoder(model.encoder, {plan.tile_batch, spec.in_channels, plan.tile, plan.tile}, kernels,
-                                   in.freeze_bn);
+                                   in.freeze_bn, in.compute_dtype);
   plan.step = step_memory(model, in, plan.tile, plan.tile_batch, plan.tiles);
   plan.step.kept_activations = plan.encoder.kept_bytes;
   if (in.backend == Backend::cuda) plan.cuda_runtime = kCudaRuntimeBytes;
@@ -318,7 +325,7 @@ TrainingPlan plan_training(const PlanInputs& in, std::optional<std::size_t> memo
     image.pass2_backward_flops = trained * backward;
     image.tiled_flops = image.pass1_forward_flops + image.pass2_forward_flops + image.pass2_backward_flops;
     image.whole_image_encoder = net::plan_encoder(model.encoder, {1, spec.in_channels, grid->height, grid->width}, kernels,
-                                                  in.freeze_bn);
+                                                  in.freeze_bn, in.compute_dtype);
     image.whole_image_encoder.layers.clear();  // the table is the tile's; keep the totals
     image.whole_image_flops = image.whole_image_encoder.forward_flops + image.whole_image_encoder.backward_flops;
     image.whole_image = whole_image_memory(model, in, grid->width, grid->height);
@@ -327,8 +334,7 @@ TrainingPlan plan_training(const PlanInputs& in, std::optional<std::size_t> memo
   }
 
   if (in.mode == TilerMode::stream) {
-    net::ForwardContext ctx = net::ForwardContext::train(in.backend);
-    ctx.freeze_bn = in.freeze_bn;
+    const net::ForwardContext ctx = encoder_training(in);
     net::StreamingTrunk trunk(model.encoder);
     const net::StreamPlan stream =
         trunk.plan({1, spec.in_channels, grid->height, grid->width}, in.tile, ctx);  // refuses a layer, named
@@ -340,7 +346,7 @@ TrainingPlan plan_training(const PlanInputs& in, std::optional<std::size_t> memo
     f.halo_before = stream.field.y.before;
     f.halo_after = stream.field.y.after;
     f.halo_overhead = stream.halo_overhead();
-    f.memory = net::plan_stream_memory(model.encoder, stream, kernels);
+    f.memory = net::plan_stream_memory(model.encoder, stream, kernels, in.compute_dtype);
     // The head over the map's cells is a few rows of C floats beside the map: the
     // step is the persistent memory and the trunk's streamed step.
     const Persistent persistent =

@@ -45,6 +45,7 @@ struct PlanInputs {
   net::OptimizerKind optimizer = net::OptimizerKind::adamw;
   double momentum = 0.9;
   bool freeze_bn = false;
+  DType compute_dtype = DType::f32;  // train.precision: the encoder's convolutions' operands
   TilerMode mode = TilerMode::tiles;
   std::int64_t tile = 256;
   std::int64_t overlap = 0;

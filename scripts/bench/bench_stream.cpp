@@ -194,13 +194,14 @@ std::vector<std::int64_t> tile_origins(std::int64_t side, std::int64_t tile) {
 // mean aggregator, SGD with momentum, frozen BatchNorm, tiles without overlap whose
 // last row and column shift inside the image, as tile_origins lays them out).
 RecomputeSplit budget_split(const net::ModelSpec& spec, std::int64_t height, std::int64_t width, std::int64_t tile,
-                            std::int64_t tile_batch, std::int64_t tiles, std::size_t budget) {
+                            std::int64_t tile_batch, std::int64_t tiles, std::size_t budget, DType compute_dtype) {
   PlanInputs inputs;
   inputs.model = spec;
   inputs.aggregator = {.kind = net::AggregatorKind::mean};
   inputs.optimizer = net::OptimizerKind::sgd;
   inputs.momentum = 0.9;
   inputs.freeze_bn = true;
+  inputs.compute_dtype = compute_dtype;
   inputs.tile = tile;
   inputs.overlap = 0;
   inputs.border = tiler::BorderPolicy::shift;
@@ -260,14 +261,13 @@ nlohmann::json run_tiled(const std::string& preset, std::int64_t height, std::in
     return batch;
   };
 
-  TwoPassStep two_pass(image_model, {.backend = backend,
-                                     .freeze_bn = true,
-                                     .encoder_compute_dtype = precision == "bf16" ? DType::bf16 : DType::f32});
+  const DType compute_dtype = precision == "bf16" ? DType::bf16 : DType::f32;
+  TwoPassStep two_pass(image_model, {.backend = backend, .freeze_bn = true, .encoder_compute_dtype = compute_dtype});
   std::optional<RecomputeSplit> split;
   ImageKeep keep;
   keep.kept_batches = kept_batches;
   if (!memory_budget.empty()) {
-    split = budget_split(spec, height, width, tile, tile_batch, count, parse_memory_size(memory_budget));
+    split = budget_split(spec, height, width, tile, tile_batch, count, parse_memory_size(memory_budget), compute_dtype);
     keep = image_keep(*split, count, tile_batch);
     host_allocator().set_reserve_limit(split->budget);  // as `bigtrain train` does
   }

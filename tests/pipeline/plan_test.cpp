@@ -25,6 +25,7 @@
 #include "pipeline/engine/two_pass.hpp"
 #include "pipeline/plan/plan.hpp"
 #include "pipeline/plan/plan_units.hpp"
+#include "tests/support/compute_type.hpp"
 #include "tests/support/op_check.hpp"
 
 namespace bigtrain {
@@ -117,6 +118,7 @@ struct Case {
   std::int64_t tile;
   std::int64_t batch;
   bool freeze_bn = false;  // BatchNorm trained inside the convolutions (net/conv_bn_fusion.hpp)
+  DType compute_dtype = DType::f32;  // train.precision: bf16 operands are half-size temporaries
 };
 
 // One real training step of one image whose tiles form one batch x: `image` makes the
@@ -132,7 +134,7 @@ std::size_t measured_step_peak(const net::ModelSpec& spec, const PlanInputs& in,
   net::OptimizerConfig opt;
   opt.kind = in.optimizer;
   auto optimizer = net::make_optimizer(opt, model.parameters(), Backend::cpu);
-  TwoPassStep step(model, {.backend = Backend::cpu, .freeze_bn = in.freeze_bn});
+  TwoPassStep step(model, {.backend = Backend::cpu, .freeze_bn = in.freeze_bn, .encoder_compute_dtype = in.compute_dtype});
   const Tensor x = testing::random_tensor({in.tile_batch, spec.encoder.in_channels, in.tile, in.tile}, 5);
   auto one_step = [&] {
     optimizer->zero_grad();
@@ -152,9 +154,11 @@ class PlanVsMeasured : public ::testing::TestWithParam<Case> {};
 
 TEST_P(PlanVsMeasured, PredictedPeakWithin1PercentOfTheAllocator) {
   const Case& c = GetParam();
+  BT_SKIP_UNLESS_COMPUTES(Backend::cpu, c.compute_dtype);
   const net::ModelSpec spec = spec_from(c.model);
   PlanInputs in = inputs_for(spec, c.tile, c.batch);
   in.freeze_bn = c.freeze_bn;
+  in.compute_dtype = c.compute_dtype;
   const StepMemory plan = plan_step_memory(in, c.tile, c.batch, c.batch);
   const std::size_t predicted = plan.peak;
   // Pass 1, head and loss, pass 2.
@@ -183,7 +187,13 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"small_rgb_width03_tile96_batch8", "preset: small\nin_channels: 3\nnum_classes: 2\nwidth: 0.3\n", 96, 8},
         Case{"resnet18_frozen_tile224_batch2", "preset: resnet18\nin_channels: 1\nnum_classes: 2\n", 224, 2, true},
         Case{"resnet50_frozen_tile128_batch2", "preset: resnet50\nin_channels: 1\nnum_classes: 2\n", 128, 2, true},
-        Case{"small_frozen_tile128_batch4", "preset: small\nin_channels: 1\nnum_classes: 2\n", 128, 4, true}),
+        Case{"small_frozen_tile128_batch4", "preset: small\nin_channels: 1\nnum_classes: 2\n", 128, 4, true},
+        Case{"resnet18_bf16_tile224_batch2", "preset: resnet18\nin_channels: 1\nnum_classes: 2\n", 224, 2, false,
+             DType::bf16},
+        Case{"resnet50_frozen_bf16_tile128_batch2", "preset: resnet50\nin_channels: 1\nnum_classes: 2\n", 128, 2,
+             true, DType::bf16},
+        Case{"small_rgb_bf16_width03_tile96_batch8", "preset: small\nin_channels: 3\nnum_classes: 2\nwidth: 0.3\n",
+             96, 8, false, DType::bf16}),
     [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
 
 // aggregator.kind instance without top_tiles trains in one pass (TwoPassStep::
@@ -233,11 +243,15 @@ struct ForwardPeaks {
   std::size_t pass1 = 0, inference = 0;
 };
 
-ForwardPeaks measured_forward_peaks(const net::ModelSpec& spec, std::int64_t tile, std::int64_t batch) {
+ForwardPeaks measured_forward_peaks(const net::ModelSpec& spec, std::int64_t tile, std::int64_t batch,
+                                    DType compute_dtype) {
   net::Encoder encoder(spec.encoder, 11);
   Allocator& allocator = allocator_for(Device::cpu());
   net::ForwardContext pass1 = net::ForwardContext::train(Backend::cpu);
   pass1.keep_activations = false;
+  pass1.compute_dtype = compute_dtype;
+  net::ForwardContext inference = net::ForwardContext::inference(Backend::cpu);
+  inference.compute_dtype = compute_dtype;
   auto peak_of = [&](const net::ForwardContext& ctx) {
     const Shape shape{batch, spec.encoder.in_channels, tile, tile};
     encoder.forward(testing::random_tensor(shape, 5), ctx);
@@ -247,15 +261,17 @@ ForwardPeaks measured_forward_peaks(const net::ModelSpec& spec, std::int64_t til
     encoder.forward(x, ctx);
     return allocator.stats().peak_bytes - before;
   };
-  return {.pass1 = peak_of(pass1), .inference = peak_of(net::ForwardContext::inference(Backend::cpu))};
+  return {.pass1 = peak_of(pass1), .inference = peak_of(inference)};
 }
 
 TEST_P(PlanVsMeasured, ForwardPeaksOfPass1AndInference) {
   const Case& c = GetParam();
+  BT_SKIP_UNLESS_COMPUTES(Backend::cpu, c.compute_dtype);
   const net::ModelSpec spec = spec_from(c.model);
   const net::EncoderPlan plan = net::plan_encoder(spec.encoder, {c.batch, spec.encoder.in_channels, c.tile, c.tile},
-                                                  net::KernelMemoryModel::for_backend(Backend::cpu));
-  const ForwardPeaks measured = measured_forward_peaks(spec, c.tile, c.batch);
+                                                  net::KernelMemoryModel::for_backend(Backend::cpu),
+                                                  /*freeze_bn=*/false, c.compute_dtype);
+  const ForwardPeaks measured = measured_forward_peaks(spec, c.tile, c.batch, c.compute_dtype);
   const double pass1 = static_cast<double>(plan.pass1_peak) / static_cast<double>(measured.pass1);
   const double inference = static_cast<double>(plan.inference_peak) / static_cast<double>(measured.inference);
   std::printf("[plan] %-34s pass 1 predicted %11zu measured %11zu (%.3f); inference predicted %11zu measured %11zu (%.3f)\n",
