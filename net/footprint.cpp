@@ -42,20 +42,22 @@ enum class ConvPass { forward, backward_data, backward_weights };
 
 // bf16 (Conv2dSpec::compute_dtype): the operands a pass reads (x, the weights, dy)
 // enter its primitive as bf16 temporaries whatever their layout, half a float32
-// temporary's size; its results (y, dx, dw) stay float32. Blocked kernels pad
-// channels as the float32 plan counts them (a narrow source excepted); AMX's take
-// every activation in nhwc, unpadded, and write y and dx in place.
+// temporary's size; its results (y, dx, dw) stay float32. x is converted without
+// padding (nhwc, or NCHW where its channels fill no whole blocks); dy into the
+// blocked layout, padded, except on AMX, whose kernels take every activation in
+// nhwc and write y and dx there in place. Without AMX a narrow stem writes a padded
+// blocked y, reordered out unless its channels fill whole blocks (ONEDNN_VERBOSE).
 void with_bf16_operands(const kernels::Conv2dSpec& s, const KernelMemoryModel& kernels, ConvPass pass, bool narrow,
                         CpuLayouts& layouts) {
   constexpr std::size_t kBf16 = 2;
   const bool channels_last = kernels.cpu_bf16_channels_last;
   const std::int64_t block = kernels.cpu_channel_block;
-  auto activation = [&](std::int64_t channels, std::int64_t h, std::int64_t w, bool padded) {
-    const std::int64_t stored = padded && !channels_last ? round_up(channels, block) : channels;
-    return rounded(static_cast<std::size_t>(s.batch * stored * h * w) * kBf16);
+  auto activation = [&](std::int64_t channels, std::int64_t h, std::int64_t w, std::size_t element) {
+    return rounded(static_cast<std::size_t>(s.batch * channels * h * w) * element);
   };
-  const std::size_t x = activation(s.in_channels, s.in_h, s.in_w, !narrow);
-  const std::size_t dy = activation(s.out_channels, s.out_h(), s.out_w(), true);
+  const std::size_t x = activation(s.in_channels, s.in_h, s.in_w, kBf16);
+  const std::size_t dy =
+      activation(channels_last ? s.out_channels : round_up(s.out_channels, block), s.out_h(), s.out_w(), kBf16);
   // AMX's weights pair input channels (AcdB16a2b); blocked ones pad both sides.
   const std::int64_t in_stored = channels_last ? round_up(s.in_channels, 2)
                                  : narrow      ? s.in_channels
@@ -63,10 +65,14 @@ void with_bf16_operands(const kernels::Conv2dSpec& s, const KernelMemoryModel& k
   const std::size_t weights =
       rounded(static_cast<std::size_t>(round_up(s.out_channels, block) * in_stored * s.kernel_h * s.kernel_w) * kBf16);
   const bool results_in_place = channels_last && s.blocked_outputs;
+  const bool output_blocked = s.blocked_outputs && s.out_channels % block == 0;
   switch (pass) {
     case ConvPass::forward:
       layouts.src = x, layouts.weights = weights;
-      if (results_in_place) layouts.dst = 0;
+      if (results_in_place || (narrow && output_blocked))
+        layouts.dst = 0;
+      else if (narrow)
+        layouts.dst = activation(round_up(s.out_channels, block), s.out_h(), s.out_w(), sizeof(float));
       break;
     case ConvPass::backward_data:
       layouts.dst = dy, layouts.weights = weights;
