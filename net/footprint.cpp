@@ -14,7 +14,7 @@ KernelMemoryModel KernelMemoryModel::for_backend(Backend backend) {
   // oneDNN's AVX-512 kernels block channels by 16, its AVX2 ones by 8.
   if (__builtin_cpu_supports("avx512f")) model.cpu_channel_block = 16;
 #endif
-  model.cpu_bf16_channels_last = kernels::cpu::effective_isa_name() == "avx512_core_amx";
+  model.cpu_bf16_channels_last = kernels::cpu::amx_available();
   return model;
 }
 

@@ -39,4 +39,6 @@ std::optional<std::string> bf16_unavailable_reason() {
       effective_isa_name());
 }
 
+bool amx_available() { return includes(dnnl::get_effective_cpu_isa(), dnnl::cpu_isa::avx512_core_amx); }
+
 }  // namespace bigtrain::kernels::cpu

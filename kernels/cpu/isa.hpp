@@ -17,4 +17,8 @@ std::string effective_isa_name();
 // (or refuse on AVX2): a bf16 run slower than float32, so it is refused instead.
 std::optional<std::string> bf16_unavailable_reason();
 
+// Whether oneDNN's AMX kernels run here (avx512_core_amx, not capped by
+// ONEDNN_MAX_CPU_ISA): its bf16 convolutions then take activations in nhwc.
+bool amx_available();
+
 }  // namespace bigtrain::kernels::cpu
