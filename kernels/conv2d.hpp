@@ -62,6 +62,13 @@ struct Conv2dSpec {
   Shape weight_shape() const { return {out_channels, in_channels / groups, kernel_h, kernel_w}; }
   Shape output_shape() const { return {batch, out_channels, out_h(), out_w()}; }
   void validate() const;  // throws bigtrain::Error for inconsistent parameters
+  // 1x1, stride 1, unpadded, ungrouped: each output pixel is a matrix-vector product
+  // of its input pixel, so over channels-last memory the whole op is one matrix
+  // product (the CPU computes such a layer's weight gradient so in bf16).
+  bool is_pointwise() const {
+    return kernel_h == 1 && kernel_w == 1 && stride_h == 1 && stride_w == 1 && pad_h == 0 && pad_w == 0 &&
+           groups == 1;
+  }
   friend bool operator==(const Conv2dSpec&, const Conv2dSpec&) = default;
 };
 

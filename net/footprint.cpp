@@ -3,6 +3,7 @@
 #include "kernels/backend.hpp"
 #include "kernels/core/allocator.hpp"
 #include "kernels/core/host_allocator.hpp"
+#include "kernels/cpu/conv_algorithm.hpp"
 #include "kernels/cpu/isa.hpp"
 
 namespace bigtrain::net {
@@ -45,7 +46,8 @@ enum class ConvPass { forward, backward_data, backward_weights };
 // temporary's size; its results (y, dx, dw) stay float32. x is converted without
 // padding (nhwc, or NCHW where its channels fill no whole blocks); dy into the
 // blocked layout, padded, except on AMX, whose kernels take every activation in
-// nhwc and write y and dx there in place. Without AMX a narrow stem writes a padded
+// nhwc and write y and dx there in place (and a pointwise layer's weight gradient
+// into the gradient itself). Without AMX a narrow stem writes a padded
 // blocked y, reordered out unless its channels fill whole blocks (ONEDNN_VERBOSE).
 void with_bf16_operands(const kernels::Conv2dSpec& s, const KernelMemoryModel& kernels, ConvPass pass, bool narrow,
                         CpuLayouts& layouts) {
@@ -78,7 +80,12 @@ void with_bf16_operands(const kernels::Conv2dSpec& s, const KernelMemoryModel& k
       layouts.dst = dy, layouts.weights = weights;
       if (results_in_place) layouts.src = 0;
       break;
-    case ConvPass::backward_weights: layouts.src = x, layouts.dst = dy; break;
+    case ConvPass::backward_weights:
+      layouts.src = x, layouts.dst = dy;
+      // A pointwise layer's weight gradient on AMX is a matmul writing (or adding
+      // into) the float32 OIHW gradient itself (kernels/cpu/conv2d_primitives.hpp).
+      if (kernels::cpu::weight_gradient_as_matmul(s, channels_last)) layouts.weights = 0;
+      break;
   }
 }
 

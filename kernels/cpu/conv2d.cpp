@@ -152,7 +152,7 @@ class DnnlConv2d final : public Conv2d {
       bwd_data_diff_dst_.bind_input(dy, diff_dst_tmp);
       run_backward_data(weight, *dx);
     }
-    if (dx && bwd_data_pd_.diff_dst_desc() == bwd_weights_pd_.diff_dst_desc()) {
+    if (dx && bwd_data_pd_.diff_dst_desc() == weights_pass_dy_desc_) {
       bwd_weights_diff_dst_.bind_same_as(bwd_data_diff_dst_);
     } else {
       diff_dst_tmp = Tensor();  // e.g. a narrow stem's weight pass reads dy in nhwc
@@ -178,7 +178,7 @@ class DnnlConv2d final : public Conv2d {
     if (!bwd_data_) build_explained("backward-data", [&] { build_backward_data(); });
   }
   void ensure_backward_weights() {
-    if (!bwd_weights_) build_explained("backward-weights", [&] { build_backward_weights(); });
+    if (!bwd_weights_ && !pointwise_) build_explained("backward-weights", [&] { build_backward_weights(); });
   }
 
   // With dy already bound to the primitive's diff_dst.
@@ -194,6 +194,7 @@ class DnnlConv2d final : public Conv2d {
 
   void run_backward_weights(const Tensor& x, const Tensor& dy, Tensor& dweight, Tensor* dbias,
                             bool accumulate = false) {
+    if (pointwise_) return run_pointwise_weights(x, dy, dweight, dbias, accumulate);
     Tensor src_tmp, diff_weights_tmp, scratch, fresh_bias;
     bwd_weights_src_.bind_input(x, src_tmp);
     if (accumulate)
@@ -212,6 +213,31 @@ class DnnlConv2d final : public Conv2d {
     stream().wait();
     if (bias_out && sums_bias_gradient_) channel_sums(dy, *bias_out);
     if (dbias && accumulate) axpy(1.0f, fresh_bias, *dbias);
+  }
+
+  // pointwise_weight_gradient(): the matmul writes (or adds into) the plain
+  // gradient itself; the bias gradient is summed from the float32 dy, as the bf16
+  // convolution's is.
+  void run_pointwise_weights(const Tensor& x, const Tensor& dy, Tensor& dweight, Tensor* dbias, bool accumulate) {
+    BT_CHECK(dweight.layout() == Layout::plain && dweight.dtype() == DType::f32,
+             "conv2d (cpu): a weight gradient must be a float32 OIHW tensor, got {}", dweight.describe());
+    Tensor src_tmp, scratch, fresh_bias;
+    bwd_weights_src_.bind_input(x, src_tmp);
+    pointwise_x_.set_data_handle(bwd_weights_src_.primitive_memory().get_data_handle());
+    pointwise_dy_.set_data_handle(bwd_weights_diff_dst_.primitive_memory().get_data_handle());
+    pointwise_dw_.set_data_handle(dweight.raw_data());
+    dnnl::memory& scratch_memory = accumulate ? pointwise_accumulating_scratch_ : pointwise_fresh_scratch_;
+    bind_buffer(scratch_memory, scratch_memory.get_desc().get_size(), scratch);
+    (accumulate ? *pointwise_accumulating_ : *pointwise_fresh_)
+        .execute(stream(), {{DNNL_ARG_SRC, pointwise_dy_},
+                            {DNNL_ARG_WEIGHTS, pointwise_x_},
+                            {DNNL_ARG_DST, pointwise_dw_},
+                            {DNNL_ARG_SCRATCHPAD, scratch_memory}});
+    stream().wait();
+    if (!dbias) return;
+    Tensor* bias_out = accumulate ? &(fresh_bias = Tensor::empty(dbias->shape())) : dbias;
+    channel_sums(dy, *bias_out);
+    if (accumulate) axpy(1.0f, fresh_bias, *dbias);
   }
 
   void run_forward(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y) {
@@ -316,7 +342,9 @@ class DnnlConv2d final : public Conv2d {
   }
 
   void build_backward_weights() {
+    if (auto pointwise = pointwise_weight_gradient(geometry_)) return build_pointwise_weights(*pointwise);
     bwd_weights_pd_ = backward_weights_pd(geometry_, fwd_pd_);
+    weights_pass_dy_desc_ = bwd_weights_pd_.diff_dst_desc();
     bwd_weights_src_.init(plain_desc(geometry_.src), bwd_weights_pd_.src_desc(), LayoutBridge::Role::input);
     bwd_weights_diff_dst_.init(plain_desc(geometry_.dst), bwd_weights_pd_.diff_dst_desc(), LayoutBridge::Role::input);
     bwd_weights_diff_weights_.init(plain_desc(geometry_.weights), bwd_weights_pd_.diff_weights_desc(),
@@ -332,6 +360,20 @@ class DnnlConv2d final : public Conv2d {
     sums_bias_gradient_ = geometry_.spec.bias && !bias_in_primitive;
     bwd_weights_.emplace(bwd_weights_pd_);
     warn_if_reference("backward-weights", bwd_weights_pd_.impl_info_str(), geometry_.spec);
+  }
+
+  void build_pointwise_weights(const PointwiseWeightGradient& pointwise) {
+    bwd_weights_src_.init(plain_desc(geometry_.src), pointwise.x, LayoutBridge::Role::input);
+    bwd_weights_diff_dst_.init(plain_desc(geometry_.dst), pointwise.dy, LayoutBridge::Role::input);
+    weights_pass_dy_desc_ = pointwise.dy;
+    pointwise_dy_ = memory(pointwise.fresh.src_desc(), engine(), DNNL_MEMORY_NONE);
+    pointwise_x_ = memory(pointwise.fresh.weights_desc(), engine(), DNNL_MEMORY_NONE);
+    pointwise_dw_ = memory(pointwise.fresh.dst_desc(), engine(), DNNL_MEMORY_NONE);
+    pointwise_fresh_scratch_ = memory(pointwise.fresh.scratchpad_desc(), engine(), DNNL_MEMORY_NONE);
+    pointwise_accumulating_scratch_ = memory(pointwise.accumulating.scratchpad_desc(), engine(), DNNL_MEMORY_NONE);
+    pointwise_fresh_.emplace(pointwise.fresh);
+    pointwise_accumulating_.emplace(pointwise.accumulating);
+    pointwise_ = true;
   }
 
   ConvGeometry geometry_;  // holds the spec
@@ -364,6 +406,12 @@ class DnnlConv2d final : public Conv2d {
   memory bwd_weights_diff_bias_, bwd_weights_scratch_;
   Args bwd_weights_args_;
   bool sums_bias_gradient_ = false;  // the primitive computes no bias gradient (bf16): channel_sums
+  memory::desc weights_pass_dy_desc_;  // dy as the weight pass reads it (shared with backward-data when equal)
+
+  // The weight pass as one matmul (pointwise_weight_gradient), built instead of bwd_weights_.
+  bool pointwise_ = false;
+  std::optional<dnnl::matmul> pointwise_fresh_, pointwise_accumulating_;
+  memory pointwise_dy_, pointwise_x_, pointwise_dw_, pointwise_fresh_scratch_, pointwise_accumulating_scratch_;
 };
 
 }  // namespace

@@ -1,10 +1,12 @@
 #include "kernels/cpu/conv2d_primitives.hpp"
 
+#include <algorithm>
 #include <string>
 
 #include "kernels/cpu/conv2d.hpp"
 #include "kernels/cpu/conv_algorithm.hpp"
 #include "kernels/cpu/dnnl_context.hpp"
+#include "kernels/cpu/isa.hpp"
 
 namespace bigtrain::kernels::cpu {
 
@@ -142,6 +144,34 @@ dnnl::convolution_backward_weights::primitive_desc backward_weights_pd(
   });
 }
 
+std::size_t PointwiseWeightGradient::scratchpad_bytes() const {
+  return std::max(fresh.scratchpad_desc().get_size(), accumulating.scratchpad_desc().get_size());
+}
+
+std::optional<PointwiseWeightGradient> pointwise_weight_gradient(const ConvGeometry& g) {
+  if (!weight_gradient_as_matmul(g.spec, amx_available())) return std::nullopt;
+  const memory::dim pixels = g.spec.batch * g.spec.in_h * g.spec.in_w;
+  const memory::dim in = g.spec.in_channels, out = g.spec.out_channels;
+  // The same bytes as the nhwc operands: dy read transposed (its column stride is a
+  // row of channels), x as it lies, dW as OIHW with its unit dimensions dropped.
+  const memory::desc dy_transposed({out, pixels}, dt::bf16, memory::dims{1, out});
+  const memory::desc x_rows({pixels, in}, dt::bf16, memory::dims{in, 1});
+  const memory::desc weight_gradient({out, in}, dt::f32, memory::dims{in, 1});
+  const dnnl::matmul::desc desc(dy_transposed, x_rows, weight_gradient);
+  dnnl::primitive_attr adding = user_scratchpad();
+  dnnl::post_ops sum;
+  sum.append_sum(1.0f);
+  adding.set_post_ops(sum);
+  try {
+    return PointwiseWeightGradient{.x = nhwc_desc(g.src, dt::bf16),
+                                   .dy = nhwc_desc(g.dst, dt::bf16),
+                                   .fresh = dnnl::matmul::primitive_desc(desc, user_scratchpad(), engine()),
+                                   .accumulating = dnnl::matmul::primitive_desc(desc, adding, engine())};
+  } catch (const dnnl::error&) {
+    return std::nullopt;  // the convolution's own backward-weights kernel takes it
+  }
+}
+
 ConvGeometry::ConvGeometry(const Conv2dSpec& spec) : spec(spec) {
   const memory::dim g = spec.groups;
   src = {spec.batch, spec.in_channels, spec.in_h, spec.in_w};
@@ -173,20 +203,23 @@ struct ConvPrimitiveDescs {
   dnnl::convolution_forward::primitive_desc forward;
   std::optional<dnnl::convolution_backward_data::primitive_desc> backward_data;
   std::optional<dnnl::convolution_backward_weights::primitive_desc> backward_weights;
+  std::optional<PointwiseWeightGradient> pointwise;  // in place of backward_weights
 };
 
 ConvPrimitiveDescs primitive_descs(const Conv2dSpec& spec) {
   const ConvGeometry geometry(spec);
   const dnnl::convolution_forward::primitive_desc forward = training_forward_pd(geometry);
-  if (auto folded = folded_winograd_pd(geometry, forward)) return {*folded, std::nullopt, std::nullopt};
+  if (auto folded = folded_winograd_pd(geometry, forward)) return {*folded, std::nullopt, std::nullopt, std::nullopt};
   if (spec.epilogue.any()) {
     // Its residual variant (build_residual_post_op) is a direct kernel on the same
     // layouts, with the same scratchpad or none.
     const memory::desc per_channel({1, spec.out_channels, 1, 1}, dt::f32, memory::format_tag::nchw);
     return {fused_forward_pd(geometry, forward, epilogue_post_ops(spec.epilogue, per_channel).attr), std::nullopt,
-            std::nullopt};
+            std::nullopt, std::nullopt};
   }
-  return {forward, backward_data_pd(geometry, forward), backward_weights_pd(geometry, forward)};
+  if (auto pointwise = pointwise_weight_gradient(geometry))
+    return {forward, backward_data_pd(geometry, forward), std::nullopt, std::move(pointwise)};
+  return {forward, backward_data_pd(geometry, forward), backward_weights_pd(geometry, forward), std::nullopt};
 }
 
 }  // namespace
@@ -196,7 +229,9 @@ Conv2dLibraryScratch conv2d_library_scratch(const Conv2dSpec& spec) {
     const ConvPrimitiveDescs descs = primitive_descs(spec);
     return {.forward = descs.forward.scratchpad_desc().get_size(),
             .backward_data = descs.backward_data ? descs.backward_data->scratchpad_desc().get_size() : 0,
-            .backward_weights = descs.backward_weights ? descs.backward_weights->scratchpad_desc().get_size() : 0};
+            .backward_weights = descs.pointwise          ? descs.pointwise->scratchpad_bytes()
+                                : descs.backward_weights ? descs.backward_weights->scratchpad_desc().get_size()
+                                                         : 0};
   } catch (const dnnl::error&) {
     return {};  // make_conv2d reports the error when the layer is built
   }
@@ -206,7 +241,9 @@ ConvImplementations conv2d_implementations(const Conv2dSpec& spec) {
   const ConvPrimitiveDescs descs = primitive_descs(spec);
   return {.forward = descs.forward.impl_info_str(),
           .backward_data = descs.backward_data ? descs.backward_data->impl_info_str() : "",
-          .backward_weights = descs.backward_weights ? descs.backward_weights->impl_info_str() : ""};
+          .backward_weights = descs.pointwise ? std::string("matmul ") + descs.pointwise->fresh.impl_info_str()
+                              : descs.backward_weights ? descs.backward_weights->impl_info_str()
+                                                       : ""};
 }
 
 }  // namespace bigtrain::kernels::cpu

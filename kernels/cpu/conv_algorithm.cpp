@@ -35,4 +35,13 @@ bool prefers_winograd(const Conv2dSpec& spec, ConvAlgorithms algorithms) {
   return three_by_three && spec.in_channels >= 32 && spec.out_channels >= 32 && output_pixels >= 512;
 }
 
+bool weight_gradient_as_matmul(const Conv2dSpec& spec, bool amx) {
+  // oneDNN 2.6, 2 threads, AMX, batch 8 (2 at 128x128): the matmul ran 1.1x to 4x
+  // faster from 64x64 channels up (ResNet-50's 1x1 layers, 2048x512 at 7x7 most),
+  // but 0.7x for 32x32 and 16x64 at 56x56, where the products are too few for the
+  // matmul's blocking; those layers cost little either way.
+  return amx && spec.compute_dtype == DType::bf16 && spec.is_pointwise() &&
+         spec.in_channels * spec.out_channels >= 64 * 64;
+}
+
 }  // namespace bigtrain::kernels::cpu

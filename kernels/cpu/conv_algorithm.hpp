@@ -23,4 +23,10 @@ ConvAlgorithms conv_algorithms();
 
 bool prefers_winograd(const Conv2dSpec& spec, ConvAlgorithms algorithms);
 
+// Whether a layer's weight gradient is one matmul instead of the convolution's own
+// kernel (kernels/cpu/conv2d_primitives.hpp, pointwise_weight_gradient): pointwise
+// bf16 layers on AMX (`amx`: kernels/cpu/isa.hpp, amx_available()) with at least
+// 64x64 channels. Also what the memory plan counts (net/footprint.cpp).
+bool weight_gradient_as_matmul(const Conv2dSpec& spec, bool amx);
+
 }  // namespace bigtrain::kernels::cpu

@@ -219,8 +219,12 @@ class Conv2dCombinedBackward : public ::testing::TestWithParam<std::tuple<Backen
 TEST_P(Conv2dCombinedBackward, EqualsTheTwoPassesBitwise) {
   const auto [backend, dtype] = GetParam();
   BT_SKIP_UNLESS_COMPUTES(backend, dtype);
-  for (const char* name : {"wide32_k3", "k1_stride2_downsample", "groups2_bias", "stem_k7_stride2_pad3"}) {
-    const ConvCase& c = *std::find_if(cases().begin(), cases().end(), [&](const ConvCase& k) { return k.name == name; });
+  std::vector<ConvCase> combined;
+  for (const char* name : {"wide32_k3", "k1_bias", "k1_stride2_downsample", "groups2_bias", "stem_k7_stride2_pad3"})
+    combined.push_back(*std::find_if(cases().begin(), cases().end(), [&](const ConvCase& k) { return k.name == name; }));
+  // Wide enough for the CPU's bf16 weight gradient as a matmul on AMX (kernels/cpu/conv_algorithm.hpp).
+  combined.push_back({"k1_64to80_bias", conv(2, 64, 80, 5, 4, 1, 1, 1, 1, 0, 0, 1, 1, 1, true)});
+  for (const ConvCase& c : combined) {
     for (const Layout layout : {Layout::plain, Layout::blocked16}) {
       Conv2dSpec s = c.spec;
       if (layout != Layout::plain && (backend != Backend::cpu || s.in_channels % 16 || s.out_channels % 16)) continue;

@@ -61,6 +61,30 @@ TEST(CpuConvAlgorithms, WinogradOnlyForWideFloat32ThreeByThreeLayersWithManyOutp
     EXPECT_FALSE(prefers_winograd(s, preferred)) << shape_str(s.weight_shape()) << " stride " << s.stride_h;
 }
 
+// The rule alone, on any CPU: AMX, bf16, pointwise, 64x64 channels or more.
+TEST(CpuConvAlgorithms, WeightGradientAsMatmulOnlyForWidePointwiseBfloatLayersOnAmx) {
+  Conv2dSpec pointwise;
+  pointwise.batch = 8, pointwise.in_channels = 64, pointwise.out_channels = 64, pointwise.in_h = pointwise.in_w = 56;
+  pointwise.compute_dtype = DType::bf16;
+  EXPECT_TRUE(weight_gradient_as_matmul(pointwise, true));
+  EXPECT_FALSE(weight_gradient_as_matmul(pointwise, false));
+  Conv2dSpec narrow = pointwise;
+  narrow.out_channels = 63;
+  Conv2dSpec float32 = pointwise;
+  float32.compute_dtype = DType::f32;
+  Conv2dSpec strided = pointwise;
+  strided.stride_w = 2;
+  Conv2dSpec padded = pointwise;
+  padded.pad_h = 1;
+  Conv2dSpec grouped = pointwise;
+  grouped.groups = 2;
+  Conv2dSpec three = three_by_three(8, 64, 56);
+  three.compute_dtype = DType::bf16;
+  for (const Conv2dSpec& s : {narrow, float32, strided, padded, grouped, three})
+    EXPECT_FALSE(weight_gradient_as_matmul(s, true)) << shape_str(s.weight_shape()) << " stride " << s.stride_w
+                                                     << " pad " << s.pad_h << " groups " << s.groups;
+}
+
 // oneDNN 2.6 has Winograd kernels for float32 on AVX-512 only.
 bool winograd_kernels_here() { return effective_isa_name().rfind("avx512_core", 0) == 0; }
 
@@ -91,6 +115,34 @@ TEST(CpuConvAlgorithms, BfloatLayersStayDirect) {
   const ConvImplementations kernels = conv2d_implementations(s);
   for (const std::string& kernel : {kernels.forward, kernels.backward_data, kernels.backward_weights})
     EXPECT_EQ(kernel.find("wino"), std::string::npos) << kernel;
+}
+
+// On AMX a pointwise bf16 layer's weight gradient is one matmul; its other passes,
+// other layers, narrow ones, float32 and pre-AMX bf16 keep the convolution's kernels.
+TEST(CpuConvAlgorithms, PointwiseBfloatWeightGradientsAreAMatmulOnAmx) {
+  if (const auto reason = bf16_unavailable_reason()) GTEST_SKIP() << *reason;
+  if (!amx_available())
+    GTEST_SKIP() << "the matmul replaces the convolution's weight pass on AMX only; this CPU runs "
+                 << effective_isa_name();
+  Conv2dSpec pointwise = three_by_three(8, 64, 14);
+  pointwise.kernel_h = pointwise.kernel_w = 1, pointwise.pad_h = pointwise.pad_w = 0, pointwise.out_channels = 256;
+  pointwise.compute_dtype = DType::bf16;
+  const ConvImplementations kernels = conv2d_implementations(pointwise);
+  EXPECT_EQ(kernels.backward_weights.rfind("matmul", 0), 0u) << kernels.backward_weights;
+  EXPECT_NE(kernels.backward_weights.find("amx"), std::string::npos) << kernels.backward_weights;
+  EXPECT_EQ(kernels.backward_data.find("matmul"), std::string::npos) << kernels.backward_data;
+
+  Conv2dSpec strided = pointwise;
+  strided.stride_h = strided.stride_w = 2;
+  Conv2dSpec float32 = pointwise;
+  float32.compute_dtype = DType::f32;
+  Conv2dSpec three = three_by_three(8, 64, 14);
+  three.compute_dtype = DType::bf16;
+  Conv2dSpec narrow = pointwise;
+  narrow.in_channels = narrow.out_channels = 32;
+  for (const Conv2dSpec& s : {strided, float32, three, narrow})
+    EXPECT_EQ(conv2d_implementations(s).backward_weights.find("matmul"), std::string::npos)
+        << shape_str(s.weight_shape()) << " stride " << s.stride_h << " " << dtype_name(s.compute_dtype);
 }
 
 }  // namespace

@@ -165,6 +165,15 @@ Conv2dSpec mixed_conv(DType dtype) {
   s.compute_dtype = dtype;
   return s;
 }
+// A pointwise layer (1x1, stride 1) of 64x72 channels: the CPU computes its weight
+// gradient in bf16 as a matmul on AMX (kernels/cpu/conv_algorithm.hpp), not with the
+// convolution's kernel.
+Conv2dSpec mixed_pointwise_conv(DType dtype) {
+  Conv2dSpec s;
+  s.batch = 3, s.in_channels = 64, s.out_channels = 72, s.in_h = 5, s.in_w = 6, s.bias = true;
+  s.compute_dtype = dtype;
+  return s;
+}
 LinearSpec mixed_linear(DType dtype) {
   LinearSpec s;
   s.batch = 3, s.in_features = 70, s.out_features = 9, s.bias = true;
@@ -328,29 +337,31 @@ double max_abs(const std::vector<double>& v) {
 TEST_P(MixedBackend, Conv2dMatchesTheOracleOnRoundedOperands) {
   const auto [backend, dtype] = GetParam();
   BT_SKIP_UNLESS_COMPUTES(backend, dtype);
-  const Conv2dSpec s = mixed_conv(dtype);
-  auto op = make_conv2d(backend, s);
-  // Magnitudes up to 4: products up to 16, still far from fp16's 65504.
-  const Tensor x = random_tensor(s.input_shape(), 31, -4.0f, 4.0f), w = random_tensor(s.weight_shape(), 32),
-               b = random_tensor({s.out_channels}, 33), dy = random_tensor(s.output_shape(), 34);
-  const OpResults expected = oracle_on_rounded_operands(s, kConv2dOracle, dtype, x, w, b, dy);
-  const OpResults actual = run_on_backend(*op, backend, x, w, b, dy, s.output_shape());
+  for (const Conv2dSpec& s : {mixed_conv(dtype), mixed_pointwise_conv(dtype)}) {
+    SCOPED_TRACE(s.is_pointwise() ? "pointwise 1x1" : "3x3 stride 2x1");
+    auto op = make_conv2d(backend, s);
+    // Magnitudes up to 4: products up to 16, still far from fp16's 65504.
+    const Tensor x = random_tensor(s.input_shape(), 31, -4.0f, 4.0f), w = random_tensor(s.weight_shape(), 32),
+                 b = random_tensor({s.out_channels}, 33), dy = random_tensor(s.output_shape(), 34);
+    const OpResults expected = oracle_on_rounded_operands(s, kConv2dOracle, dtype, x, w, b, dy);
+    const OpResults actual = run_on_backend(*op, backend, x, w, b, dy, s.output_shape());
 
-  // cuDNN's PSEUDO_HALF/BFLOAT16 configurations write y, dx and dw in the 16-bit
-  // type: one rounding, at most u relative to the value before the bias (|bias| <= 1,
-  // so at most u|y| + u), plus float32 accumulation in any order over K terms (K eps,
-  // the worst case, tensor cores summing in blocks). 2x headroom on the rounding.
-  // oneDNN (cpu) and the reference write float32 results: accumulation order only.
-  const double eps = 0x1p-24, result_u = backend == Backend::cuda ? unit_roundoff(dtype) : 0.0;
-  const std::int64_t fwd_terms = s.in_channels * s.kernel_h * s.kernel_w;
-  const std::int64_t data_terms = s.out_channels * s.kernel_h * s.kernel_w;
-  const std::int64_t weight_terms = s.batch * s.out_h() * s.out_w();
-  expect_close(actual.y, expected.y, s.output_shape(), {2 * result_u + fwd_terms * eps, 2 * result_u}, "y");
-  expect_close(actual.dx, expected.dx, s.input_shape(), {2 * result_u + data_terms * eps, 0.0}, "dx");
-  expect_close(actual.dw, expected.dw, s.weight_shape(), {2 * result_u + weight_terms * eps, 0.0}, "dweight");
-  // dbias: a float32 sum of the float32 gradient on every backend.
-  expect_close(actual.db, expected.db, {6}, {weight_terms * eps, 0.0}, "dbias");
-  EXPECT_GT(max_abs(expected.y), 0.0);
+    // cuDNN's PSEUDO_HALF/BFLOAT16 configurations write y, dx and dw in the 16-bit
+    // type: one rounding, at most u relative to the value before the bias (|bias| <= 1,
+    // so at most u|y| + u), plus float32 accumulation in any order over K terms (K eps,
+    // the worst case, tensor cores summing in blocks). 2x headroom on the rounding.
+    // oneDNN (cpu) and the reference write float32 results: accumulation order only.
+    const double eps = 0x1p-24, result_u = backend == Backend::cuda ? unit_roundoff(dtype) : 0.0;
+    const std::int64_t fwd_terms = s.in_channels * s.kernel_h * s.kernel_w;
+    const std::int64_t data_terms = s.out_channels * s.kernel_h * s.kernel_w;
+    const std::int64_t weight_terms = s.batch * s.out_h() * s.out_w();
+    expect_close(actual.y, expected.y, s.output_shape(), {2 * result_u + fwd_terms * eps, 2 * result_u}, "y");
+    expect_close(actual.dx, expected.dx, s.input_shape(), {2 * result_u + data_terms * eps, 0.0}, "dx");
+    expect_close(actual.dw, expected.dw, s.weight_shape(), {2 * result_u + weight_terms * eps, 0.0}, "dweight");
+    // dbias: a float32 sum of the float32 gradient on every backend.
+    expect_close(actual.db, expected.db, {s.out_channels}, {weight_terms * eps, 0.0}, "dbias");
+    EXPECT_GT(max_abs(expected.y), 0.0);
+  }
 }
 
 TEST_P(MixedBackend, LinearMatchesTheOracleOnRoundedOperands) {
