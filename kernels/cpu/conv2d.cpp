@@ -201,9 +201,10 @@ class DnnlConv2d final : public Conv2d {
       bwd_weights_diff_weights_.bind_accumulating_output(dweight, diff_weights_tmp);
     else
       bwd_weights_diff_weights_.bind_output(dweight, diff_weights_tmp);
+    const bool bias_in_primitive = dbias && !sums_bias_gradient_;
     Tensor* bias_out = dbias;
-    if (dbias && accumulate) bias_out = &(fresh_bias = Tensor::empty(dbias->shape()));
-    if (bias_out) bwd_weights_diff_bias_.set_data_handle(bias_out->raw_data());
+    if (bias_in_primitive && accumulate) bias_out = &(fresh_bias = Tensor::empty(dbias->shape()));
+    if (bias_in_primitive) bwd_weights_diff_bias_.set_data_handle(bias_out->raw_data());
     bind_buffer(bwd_weights_scratch_, bwd_weights_pd_.scratchpad_desc().get_size(), scratch);
     bwd_weights_->execute(stream(), bwd_weights_args_);
     if (accumulate)
@@ -211,17 +212,25 @@ class DnnlConv2d final : public Conv2d {
     else
       bwd_weights_diff_weights_.finish_output(dweight);
     stream().wait();
-    if (bias_out && sums_bias_gradient_) channel_sums(dy, *bias_out);
-    if (dbias && accumulate) axpy(1.0f, fresh_bias, *dbias);
+    if (bias_in_primitive && accumulate) axpy(1.0f, fresh_bias, *dbias);
+    if (dbias && sums_bias_gradient_) sum_bias_gradient(dy, *dbias, accumulate);
+  }
+
+  // The bias gradient of a weight pass that computes none (bf16 operands): the
+  // channel sums of the float32 dy, written or added.
+  static void sum_bias_gradient(const Tensor& dy, Tensor& dbias, bool accumulate) {
+    if (!accumulate) return channel_sums(dy, dbias);
+    Tensor fresh = Tensor::empty(dbias.shape());
+    channel_sums(dy, fresh);
+    axpy(1.0f, fresh, dbias);
   }
 
   // pointwise_weight_gradient(): the matmul writes (or adds into) the plain
-  // gradient itself; the bias gradient is summed from the float32 dy, as the bf16
-  // convolution's is.
+  // gradient itself; the bias gradient is summed as the bf16 convolution's is.
   void run_pointwise_weights(const Tensor& x, const Tensor& dy, Tensor& dweight, Tensor* dbias, bool accumulate) {
     BT_CHECK(dweight.layout() == Layout::plain && dweight.dtype() == DType::f32,
              "conv2d (cpu): a weight gradient must be a float32 OIHW tensor, got {}", dweight.describe());
-    Tensor src_tmp, scratch, fresh_bias;
+    Tensor src_tmp, scratch;
     bwd_weights_src_.bind_input(x, src_tmp);
     pointwise_x_.set_data_handle(bwd_weights_src_.primitive_memory().get_data_handle());
     pointwise_dy_.set_data_handle(bwd_weights_diff_dst_.primitive_memory().get_data_handle());
@@ -234,10 +243,7 @@ class DnnlConv2d final : public Conv2d {
                             {DNNL_ARG_DST, pointwise_dw_},
                             {DNNL_ARG_SCRATCHPAD, scratch_memory}});
     stream().wait();
-    if (!dbias) return;
-    Tensor* bias_out = accumulate ? &(fresh_bias = Tensor::empty(dbias->shape())) : dbias;
-    channel_sums(dy, *bias_out);
-    if (accumulate) axpy(1.0f, fresh_bias, *dbias);
+    if (dbias) sum_bias_gradient(dy, *dbias, accumulate);
   }
 
   void run_forward(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y) {
